@@ -1,0 +1,32 @@
+# `make demo` and `make test` work on a fresh machine: they build .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast bench-quick clean
+
+install: $(STAMP)
+
+# torch first, pinned: 2.13.0 is the CPU wheel on these machines' disk; letting
+# the resolver choose pulls a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[models,test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kamal demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/run.py all --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info

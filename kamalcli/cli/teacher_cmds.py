@@ -1,0 +1,67 @@
+"""kamal add-teacher, teachers, remove-teacher."""
+
+from __future__ import annotations
+
+import click
+
+from kamalcli.cli.app import App, pass_app
+from kamalcli.cli.render import emit_json, json_option, note, table
+from kamalcli.errors import KamalError
+from kamalcli.names import check_name, split_labels
+
+
+@click.command("add-teacher")
+@click.argument("source")
+@click.option("--name", help="Name to refer to it by (default: the folder's name).")
+@click.option("--labels", help="Class names in the model's id order, comma-separated (required for LABEL_0-style names).")
+@click.option("--copy", is_flag=True, help="Copy the model into the workspace instead of reading it where it is.")
+@pass_app
+def add_teacher(app: App, source: str, name: str | None, labels: str | None, copy: bool) -> None:
+    """Register a fine-tuned classifier (a local Hugging Face folder) as a teacher."""
+    from kamalcli.teachers import register_teacher
+
+    label_list = split_labels(labels) if labels is not None else None
+    with app.writer() as store:
+        added = register_teacher(app.workspace, store, source, name=name, labels=label_list, copy=copy)
+    teacher, messages = added
+    for message in messages:
+        note(message)
+    click.echo(
+        f"Added teacher {teacher.name}: {len(teacher.labels)} labels ({', '.join(teacher.labels)}); "
+        f"{teacher.model_type}, {teacher.num_layers} layers, hidden {teacher.hidden_size}; "
+        f"weights {teacher.fingerprint[:12]}"
+    )
+
+
+@click.command()
+@json_option
+@pass_app
+def teachers(app: App, as_json: bool) -> None:
+    """The registered teachers and their labels, in registration order."""
+    with app.reader() as store:
+        found = store.teachers()
+        space = store.label_space(found)
+    if as_json:
+        emit_json([t.as_json() for t in found])
+        return
+    table(
+        "Teachers",
+        ["name", "labels", "model", "layers", "dropout", "origin", "fingerprint"],
+        [(t.name, t.labels, t.model_type, t.num_layers, t.dropout, t.origin, t.fingerprint[:12]) for t in found],
+        empty="none yet (kamal add-teacher FOLDER)",
+    )
+    if found:
+        click.echo(f"Union label space ({len(space)}): {', '.join(space.names)}")
+
+
+@click.command("remove-teacher")
+@click.argument("name")
+@pass_app
+def remove_teacher(app: App, name: str) -> None:
+    """Forget a teacher (its probes go too; students trained from it keep their record)."""
+    with app.writer() as store:
+        teacher = store.remove_teacher(name)
+    click.echo(f"Removed teacher {teacher.name} (its files at {teacher.path} were not touched)")
+
+
+COMMANDS = [add_teacher, teachers, remove_teacher]

@@ -1,0 +1,245 @@
+"""The workspace database: connection settings and the schema, as named migrations.
+
+A migration is a function applied once, in order, in a transaction together with
+the record that it ran (sqlite-utils Migrations). To change the schema, add a
+new function at the end; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def _import_sqlite_utils():
+    # sqlite-utils imports pandas when it can (0.4 s here) only to map pandas
+    # column types, which kamal never passes; hide it for that one import.
+    if "sqlite_utils" not in sys.modules and "pandas" not in sys.modules:
+        sys.modules["pandas"] = None  # type: ignore[assignment]
+        try:
+            import sqlite_utils  # noqa: F401
+        finally:
+            del sys.modules["pandas"]
+    import sqlite_utils
+
+    return sqlite_utils
+
+
+def _migrations():
+    from sqlite_utils.migrations import Migrations
+
+    migrations = Migrations("kamal")
+
+    @migrations()
+    def m001_registry(db):
+        _run_script(db, 
+            """
+            CREATE TABLE runs (
+                id INTEGER PRIMARY KEY,
+                kind TEXT NOT NULL,
+                name TEXT,
+                status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted')),
+                params TEXT NOT NULL DEFAULT '{}',
+                result TEXT,
+                error TEXT,
+                workdir TEXT,
+                pid INTEGER,
+                started_at TEXT NOT NULL,
+                finished_at TEXT
+            );
+            CREATE INDEX runs_kind_name ON runs (kind, name);
+            CREATE TABLE datasets (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                source TEXT NOT NULL,
+                format TEXT NOT NULL,
+                role TEXT NOT NULL CHECK (role IN ('transfer', 'eval')),
+                num_rows INTEGER NOT NULL,
+                content_hash TEXT NOT NULL,
+                text_column TEXT NOT NULL,
+                label_column TEXT,
+                columns TEXT NOT NULL,
+                label_counts TEXT,
+                path TEXT NOT NULL,
+                created_at TEXT NOT NULL
+            );
+            CREATE TABLE teachers (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                source TEXT NOT NULL,
+                path TEXT NOT NULL,
+                fingerprint TEXT NOT NULL UNIQUE,
+                architecture TEXT NOT NULL,
+                model_type TEXT NOT NULL,
+                num_layers INTEGER,
+                hidden_size INTEGER,
+                vocab_size INTEGER,
+                dropout REAL,
+                tokenizer_fingerprint TEXT,
+                origin TEXT NOT NULL DEFAULT 'added' CHECK (origin IN ('added', 'trained', 'student')),
+                train_dataset_id INTEGER REFERENCES datasets(id) ON DELETE SET NULL,
+                created_at TEXT NOT NULL
+            );
+            CREATE TABLE labels (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                created_at TEXT NOT NULL
+            );
+            CREATE TABLE teacher_labels (
+                teacher_id INTEGER NOT NULL REFERENCES teachers(id) ON DELETE CASCADE,
+                position INTEGER NOT NULL,
+                label_id INTEGER NOT NULL REFERENCES labels(id),
+                PRIMARY KEY (teacher_id, position)
+            );
+            CREATE INDEX teacher_labels_label ON teacher_labels (label_id);
+            """
+        )
+
+    @migrations()
+    def m002_probes(db):
+        _run_script(db, 
+            """
+            CREATE TABLE probes (
+                id INTEGER PRIMARY KEY,
+                teacher_id INTEGER NOT NULL REFERENCES teachers(id) ON DELETE CASCADE,
+                dataset_id INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,
+                key TEXT NOT NULL UNIQUE,
+                options_key TEXT NOT NULL,
+                options TEXT NOT NULL,
+                path TEXT NOT NULL,
+                num_rows INTEGER NOT NULL,
+                summary TEXT NOT NULL DEFAULT '{}',
+                seconds REAL,
+                run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+                created_at TEXT NOT NULL
+            );
+            CREATE INDEX probes_teacher_dataset ON probes (teacher_id, dataset_id);
+            CREATE TABLE probe_rows (
+                probe_id INTEGER NOT NULL REFERENCES probes(id) ON DELETE CASCADE,
+                row INTEGER NOT NULL,
+                pred INTEGER NOT NULL,
+                max_prob REAL NOT NULL,
+                entropy REAL NOT NULL,
+                uhat REAL NOT NULL,
+                mc_pred INTEGER NOT NULL,
+                mc_max_prob REAL NOT NULL,
+                mc_entropy REAL NOT NULL,
+                mc_uhat REAL NOT NULL,
+                rmd REAL,
+                PRIMARY KEY (probe_id, row)
+            ) WITHOUT ROWID;
+            CREATE TABLE rmd_fits (
+                id INTEGER PRIMARY KEY,
+                teacher_id INTEGER NOT NULL REFERENCES teachers(id) ON DELETE CASCADE,
+                key TEXT NOT NULL UNIQUE,
+                source TEXT NOT NULL CHECK (source IN ('labelled', 'teacher-train', 'pseudo')),
+                dataset_id INTEGER REFERENCES datasets(id) ON DELETE CASCADE,
+                layers TEXT NOT NULL,
+                num_rows INTEGER NOT NULL,
+                path TEXT NOT NULL,
+                created_at TEXT NOT NULL
+            );
+            CREATE TABLE probe_rmd (
+                probe_id INTEGER NOT NULL REFERENCES probes(id) ON DELETE CASCADE,
+                fit_id INTEGER NOT NULL REFERENCES rmd_fits(id) ON DELETE CASCADE,
+                PRIMARY KEY (probe_id)
+            );
+            CREATE TABLE selection (
+                id INTEGER PRIMARY KEY,
+                dataset_id INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,
+                options_key TEXT NOT NULL,
+                teachers TEXT NOT NULL,
+                probe_ids TEXT NOT NULL,
+                score TEXT NOT NULL,
+                accuracy REAL,
+                auroc REAL,
+                target_accuracy REAL,
+                num_rows INTEGER NOT NULL,
+                created_at TEXT NOT NULL,
+                UNIQUE (dataset_id, options_key, teachers, score)
+            );
+            """
+        )
+
+    @migrations()
+    def m003_students(db):
+        _run_script(db, 
+            """
+            CREATE TABLE students (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                method TEXT NOT NULL,
+                options TEXT NOT NULL DEFAULT '{}',
+                base TEXT NOT NULL,
+                path TEXT NOT NULL,
+                labels TEXT NOT NULL,
+                parent_id INTEGER REFERENCES students(id) ON DELETE SET NULL,
+                transfer_dataset_id INTEGER REFERENCES datasets(id) ON DELETE SET NULL,
+                select_by TEXT NOT NULL,
+                seed INTEGER NOT NULL,
+                train TEXT NOT NULL DEFAULT '{}',
+                metrics TEXT NOT NULL DEFAULT '{}',
+                run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+                created_at TEXT NOT NULL
+            );
+            CREATE TABLE student_teachers (
+                student_id INTEGER NOT NULL REFERENCES students(id) ON DELETE CASCADE,
+                position INTEGER NOT NULL,
+                teacher_id INTEGER REFERENCES teachers(id) ON DELETE SET NULL,
+                teacher_name TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                probe_id INTEGER REFERENCES probes(id) ON DELETE SET NULL,
+                PRIMARY KEY (student_id, position)
+            );
+            ALTER TABLE teachers ADD COLUMN student_id INTEGER REFERENCES students(id) ON DELETE SET NULL;
+            CREATE TABLE evaluations (
+                id INTEGER PRIMARY KEY,
+                student_id INTEGER REFERENCES students(id) ON DELETE CASCADE,
+                baseline TEXT,
+                dataset_id INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,
+                metrics TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                CHECK ((student_id IS NULL) != (baseline IS NULL))
+            );
+            """
+        )
+
+    @migrations()
+    def m004_exports(db):
+        _run_script(db, 
+            """
+            CREATE TABLE exports (
+                id INTEGER PRIMARY KEY,
+                student_id INTEGER NOT NULL REFERENCES students(id) ON DELETE CASCADE,
+                path TEXT NOT NULL,
+                quantize TEXT,
+                opset INTEGER NOT NULL,
+                parity TEXT NOT NULL,
+                size_bytes INTEGER NOT NULL,
+                created_at TEXT NOT NULL
+            );
+            """
+        )
+
+    return migrations
+
+
+def _run_script(db, script: str) -> None:
+    # conn.executescript() would COMMIT the migration's transaction first.
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def open_database(path: Path):
+    """Open (creating if needed) and migrate. Foreign keys on, WAL for concurrent readers."""
+    sqlite_utils = _import_sqlite_utils()
+    db = sqlite_utils.Database(path, execute_plugins=False)
+    db.conn.execute("PRAGMA foreign_keys = ON")
+    db.conn.execute("PRAGMA busy_timeout = 5000")
+    if db.journal_mode != "wal":
+        db.enable_wal()
+    migrations = _migrations()
+    if migrations.pending(db):
+        migrations.apply(db)
+    return db

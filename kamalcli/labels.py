@@ -1,0 +1,76 @@
+"""The union label space: every teacher's labels, in one stable order.
+
+Order: teachers in registration order, each teacher's labels in its own
+id2label order; a label name two teachers share appears once, and both
+teachers' blocks map onto it (METHODS.md, "The union label space").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+_GENERIC = re.compile(r"^(LABEL_?\d+|label_?\d+|\d+)$")
+
+
+def is_generic_label(name: str) -> bool:
+    """LABEL_0, LABEL_1... (what transformers writes when nobody named the classes)."""
+    return bool(_GENERIC.match(str(name)))
+
+
+@dataclass(frozen=True)
+class LabelSpace:
+    names: tuple[str, ...]
+    # teacher name -> union column of each of that teacher's classes, in its own order
+    blocks: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_teachers(cls, teachers: Sequence[tuple[str, Sequence[str]]], start: Sequence[str] = ()) -> "LabelSpace":
+        """teachers: (name, labels) in registration order. start: labels that come first (a student's)."""
+        names: list[str] = list(start)
+        index = {n: i for i, n in enumerate(names)}
+        blocks = {}
+        for teacher, labels in teachers:
+            cols = []
+            for label in labels:
+                if label not in index:
+                    index[label] = len(names)
+                    names.append(label)
+                cols.append(index[label])
+            blocks[teacher] = tuple(cols)
+        return cls(tuple(names), blocks)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def index(self, name: str) -> int:
+        return self.names.index(name)
+
+    def owners(self, label: str) -> list[str]:
+        col = self.index(label)
+        return [t for t, cols in self.blocks.items() if col in cols]
+
+    def shared_labels(self) -> list[str]:
+        counts = np.zeros(len(self.names), dtype=int)
+        for cols in self.blocks.values():
+            counts[list(cols)] += 1
+        return [n for n, c in zip(self.names, counts) if c > 1]
+
+    def mask(self, teacher: str) -> np.ndarray:
+        """Boolean (|Y|,) mask of the columns a teacher covers."""
+        m = np.zeros(len(self.names), dtype=bool)
+        m[list(self.blocks[teacher])] = True
+        return m
+
+    def pad(self, teacher: str, probs: np.ndarray) -> np.ndarray:
+        """Place a teacher's (n, k) distribution in its block of the union; zeros elsewhere.
+
+        Two of a teacher's classes that map to one union label add up there.
+        """
+        probs = np.asarray(probs)
+        out = np.zeros((probs.shape[0], len(self.names)), dtype=probs.dtype)
+        np.add.at(out, (slice(None), np.asarray(self.blocks[teacher])), probs)
+        return out

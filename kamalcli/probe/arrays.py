@@ -1,0 +1,68 @@
+"""What a probe is asked for (settings) and what it leaves behind (arrays). No torch here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    mc_samples: int = 16
+    dropout: float | None = None   # None: the teacher's own dropout rates
+    max_length: int = 128
+    layers: tuple[int, ...] = ()   # hidden-state indices to pool for RMD (0 = embeddings)
+    seed: int = 0
+
+    def cache_fields(self) -> dict:
+        """What changes the numbers (batch size, device and pass mode do not)."""
+        return {
+            "mc_samples": self.mc_samples,
+            "dropout": self.dropout,
+            "max_length": self.max_length,
+            "layers": list(self.layers),
+            "seed": self.seed,
+        }
+
+    def validate(self) -> None:
+        if self.mc_samples < 1:
+            raise KamalError(f"--mc-samples must be at least 1 (got {self.mc_samples})")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise KamalError(f"--dropout must be in [0, 1) (got {self.dropout})")
+        if self.max_length < 2:
+            raise KamalError(f"--max-length must be at least 2 (got {self.max_length})")
+
+
+def default_layers(num_layers: int) -> tuple[int, ...]:
+    """The middle and the last transformer layer (hidden-state indices)."""
+    return tuple(sorted({max(1, num_layers // 2), num_layers}))
+
+
+@dataclass
+class ProbeArrays:
+    """A finished probe's arrays (memory-mapped: reading a column does not load the rest)."""
+
+    logits: np.ndarray
+    mc_probs: np.ndarray
+    features: dict[int, np.ndarray]
+
+    @classmethod
+    def load(cls, folder: Path) -> "ProbeArrays":
+        folder = Path(folder)
+        if not (folder / "meta.json").is_file():
+            raise KamalError(f"probe arrays missing at {folder}; run `kamal probe` again")
+        meta = json.loads((folder / "meta.json").read_text())
+        load = lambda name: np.load(folder / name, mmap_mode="r", allow_pickle=False)  # noqa: E731
+        features = {int(layer): load(f"features-L{layer}.npy") for layer in meta.get("layers", [])}
+        return cls(load("logits.npy"), load("mc_probs.npy"), features)
+
+    def probs(self, temperature: float = 1.0) -> np.ndarray:
+        z = np.asarray(self.logits, dtype=np.float64) / temperature
+        z -= z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)

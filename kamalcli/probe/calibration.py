@@ -1,0 +1,39 @@
+"""Expected calibration error (Guo et al. 2017) and the entropy-based scores."""
+
+from __future__ import annotations
+
+import numpy as np
+
+EPS = 1e-12
+
+
+def entropy(probs: np.ndarray) -> np.ndarray:
+    """Row-wise Shannon entropy (nats) of (n, k) distributions."""
+    p = np.clip(np.asarray(probs, dtype=np.float64), EPS, 1.0)
+    return -(np.asarray(probs, dtype=np.float64) * np.log(p)).sum(axis=1)
+
+
+def normalised_uncertainty(probs: np.ndarray) -> np.ndarray:
+    """H(p) / log k in [0, 1]; 0 for a single-class teacher (it cannot be unsure)."""
+    k = probs.shape[1]
+    if k < 2:
+        return np.zeros(probs.shape[0])
+    return entropy(probs) / np.log(k)
+
+
+def ece(confidence: np.ndarray, correct: np.ndarray, bins: int = 15) -> float | None:
+    """sum_b |B_b|/n * |acc(B_b) - conf(B_b)| over equal-width bins (lo, hi]."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    n = confidence.size
+    if n == 0:
+        return None
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+    total = 0.0
+    for b in range(bins):
+        members = which == b
+        count = members.sum()
+        if count:
+            total += count / n * abs(correct[members].mean() - confidence[members].mean())
+    return float(total)

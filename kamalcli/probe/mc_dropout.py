@@ -1,0 +1,110 @@
+"""One teacher over one dataset: deterministic logits, MC-dropout probabilities, pooled features.
+
+The teacher runs once; arrays stream into .npy files in chunks (memory does
+not grow with the dataset), in a folder that is renamed into place only when
+complete.
+
+MC dropout: K forward passes with dropout sampling (modeling.enable_mc_dropout),
+pbar = mean_k softmax(z^(k)). K = 1 means no sampling: pbar is the
+deterministic softmax (the paper's "w/o MC dropout"). Two equivalent ways:
+'sequential' runs K passes over a batch (faster on this CPU, measured), and
+'batched' repeats the batch K times in one pass (faster on a GPU).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from kamalcli.batching import Encoded, inference_batches
+from kamalcli.errors import KamalError
+from kamalcli.modeling import disable_mc_dropout, enable_mc_dropout
+from kamalcli.probe.arrays import ProbeSettings
+
+
+def pick_mode(mode: str, device: str) -> str:
+    if mode == "auto":
+        return "sequential" if device == "cpu" else "batched"
+    if mode not in ("sequential", "batched"):
+        raise KamalError(f"unknown MC mode {mode!r}: sequential, batched or auto")
+    return mode
+
+
+def check_dropout(model: torch.nn.Module, settings: ProbeSettings, teacher_name: str) -> int:
+    if settings.mc_samples == 1:
+        return 0
+    active = enable_mc_dropout(model, settings.dropout)
+    disable_mc_dropout(model)
+    if active == 0:
+        raise KamalError(
+            f"MC dropout is impossible for teacher {teacher_name}: it has no dropout with a rate above 0. "
+            "Use --mc-samples 1 (plain probabilities) or set a rate with --dropout 0.1"
+        )
+    return active
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
+
+def run_teacher(
+    model: torch.nn.Module,
+    encoded: Encoded,
+    settings: ProbeSettings,
+    out_dir: Path,
+    *,
+    device: str = "cpu",
+    batch_size: int = 32,
+    mode: str = "sequential",
+    advance: Callable[[int], None] = lambda n: None,
+) -> None:
+    n = len(encoded)
+    num_classes = model.config.num_labels
+    out_dir.mkdir(parents=True, exist_ok=True)
+    open_array = np.lib.format.open_memmap
+    logits_out = open_array(out_dir / "logits.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
+    mc_out = open_array(out_dir / "mc_probs.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
+    hidden = model.config.hidden_size
+    features_out = {
+        layer: open_array(out_dir / f"features-L{layer}.npy", mode="w+", dtype=np.float32, shape=(n, hidden))
+        for layer in settings.layers
+    }
+    model.to(device)
+    generator_seed = settings.seed
+    torch.manual_seed(generator_seed)
+    k = settings.mc_samples
+    with torch.inference_mode():
+        for index in inference_batches(encoded.lengths, batch_size):
+            batch = encoded.batch(index, device)
+            disable_mc_dropout(model)
+            out = model(**batch, output_hidden_states=bool(settings.layers))
+            logits = out.logits.float()
+            logits_out[index] = logits.cpu().numpy()
+            for layer, array in features_out.items():
+                array[index] = mean_pool(out.hidden_states[layer].float(), batch["attention_mask"]).cpu().numpy()
+            if k == 1:
+                mc_out[index] = torch.softmax(logits, dim=-1).cpu().numpy()
+            else:
+                enable_mc_dropout(model, settings.dropout)
+                mc_out[index] = _mc_mean(model, batch, k, mode).cpu().numpy()
+            advance(len(index))
+    disable_mc_dropout(model)
+    for array in (logits_out, mc_out, *features_out.values()):
+        array.flush()
+    del logits_out, mc_out, features_out
+
+
+def _mc_mean(model, batch: dict[str, torch.Tensor], k: int, mode: str) -> torch.Tensor:
+    if mode == "batched":
+        repeated = {name: t.repeat(k, *([1] * (t.dim() - 1))) for name, t in batch.items()}
+        probs = torch.softmax(model(**repeated).logits.float(), dim=-1)
+        return probs.view(k, -1, probs.shape[-1]).mean(dim=0)
+    total = None
+    for _ in range(k):
+        probs = torch.softmax(model(**batch).logits.float(), dim=-1)
+        total = probs if total is None else total + probs
+    return total / k

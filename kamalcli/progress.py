@@ -1,0 +1,63 @@
+"""Progress bars for long work: rate, time left, and live figures (loss). On stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from typing import Iterator
+
+
+class Bar:
+    def __init__(self, progress, task, unit: str, live: bool, description: str, total: int):
+        self._progress = progress
+        self._task = task
+        self._unit = unit
+        self._live = live
+        self._description = description
+        self._total = total
+        self._start = self._last_line = time.perf_counter()
+        self.done = 0
+
+    def advance(self, n: int = 1, **figures) -> None:
+        self.done += n
+        elapsed = max(time.perf_counter() - self._start, 1e-9)
+        info = f"{self.done / elapsed:,.1f} {self._unit}/s"
+        if figures:
+            info += "  " + "  ".join(f"{k} {_fmt(v)}" for k, v in figures.items())
+        self._progress.update(self._task, advance=n, info=info)
+        if not self._live and time.perf_counter() - self._last_line > 30:
+            # No live display (a pipe or a log): a line now and then.
+            self._last_line = time.perf_counter()
+            print(f"{self._description}: {self.done}/{self._total}  {info}", file=sys.stderr, flush=True)
+
+    @property
+    def rate(self) -> float:
+        return self.done / max(time.perf_counter() - self._start, 1e-9)
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, description: str, unit: str = "ex", completed: int = 0) -> Iterator[Bar]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    console = Console(file=sys.stderr)
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("<"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+    ]
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
+        task = progress.add_task(description, total=total, completed=completed, info="")
+        bar = Bar(progress, task, unit, console.is_terminal, description, total)
+        yield bar
+    if not console.is_terminal:
+        print(f"{description}: {bar.done} {unit} at {bar.rate:,.1f} {unit}/s", file=sys.stderr)

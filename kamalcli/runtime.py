@@ -1,0 +1,60 @@
+"""Process-wide settings that must be in place before torch or transformers load."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import platformdirs
+
+
+def cache_dir() -> Path:
+    """kamal's own cache (converted models, downloads); outside any workspace."""
+    override = os.environ.get("KAMAL_CACHE_DIR")
+    return Path(override) if override else Path(platformdirs.user_cache_dir("kamalcli"))
+
+
+def prepare_environment() -> None:
+    """Set defaults the user has not set. Cheap: touches only os.environ."""
+    # With another busy process, 2-thread torch with OpenMP's active spin-wait
+    # slows down ~50x; passive waiting costs nothing measurable.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    # Never write the Hugging Face caches into the user's home by surprise.
+    hf_home = cache_dir() / "huggingface"
+    os.environ.setdefault("HF_HOME", str(hf_home))
+    os.environ.setdefault("HF_DATASETS_CACHE", str(hf_home / "datasets"))
+
+
+def resolve_device(name: str | None) -> str:
+    """'cpu', 'cuda' or 'auto' -> a torch device string that really works."""
+    name = (name or "auto").lower()
+    if name not in {"cpu", "cuda", "auto"} and not name.startswith("cuda:"):
+        from kamalcli.errors import KamalError
+
+        raise KamalError(f"unknown device {name!r}: use cpu, cuda or auto")
+    if name == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda" if name == "auto" else name
+    if name == "auto":
+        return "cpu"
+    from kamalcli.errors import KamalError
+
+    raise KamalError("--device cuda was asked for, but torch sees no usable GPU")
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)

@@ -1,0 +1,469 @@
+"""The only module that knows table names. Reads return dataclasses; writes are transactions."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from kamalcli.errors import KamalError
+from kamalcli.labels import LabelSpace
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _loads(text: str | None, default: Any = None) -> Any:
+    return json.loads(text) if text else default
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Teacher:
+    id: int
+    name: str
+    source: str
+    path: str
+    fingerprint: str
+    architecture: str
+    model_type: str
+    num_layers: int | None
+    hidden_size: int | None
+    vocab_size: int | None
+    dropout: float | None
+    tokenizer_fingerprint: str | None
+    origin: str
+    train_dataset_id: int | None
+    student_id: int | None
+    created_at: str
+    labels: tuple[str, ...] = ()
+
+    def as_json(self) -> dict:
+        return {
+            "name": self.name,
+            "labels": list(self.labels),
+            "path": self.path,
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "architecture": self.architecture,
+            "model_type": self.model_type,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+            "dropout": self.dropout,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "origin": self.origin,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class Dataset:
+    id: int
+    name: str
+    source: str
+    format: str
+    role: str
+    num_rows: int
+    content_hash: str
+    text_column: str
+    label_column: str | None
+    columns: list[str]
+    label_counts: dict[str, int] | None
+    path: str
+    created_at: str
+
+    @property
+    def has_labels(self) -> bool:
+        return self.label_counts is not None
+
+    def as_json(self) -> dict:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "rows": self.num_rows,
+            "labelled": self.has_labels,
+            "label_counts": self.label_counts,
+            "text_column": self.text_column,
+            "label_column": self.label_column,
+            "columns": self.columns,
+            "format": self.format,
+            "source": self.source,
+            "content_hash": self.content_hash,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    kind: str
+    name: str | None
+    status: str
+    params: dict
+    result: dict | None
+    error: str | None
+    workdir: str | None
+    started_at: str
+    finished_at: str | None
+
+    def as_json(self) -> dict:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "status": self.status,
+            "params": self.params,
+            "result": self.result,
+            "error": self.error,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+
+@dataclass(frozen=True)
+class Probe:
+    id: int
+    teacher_id: int
+    dataset_id: int
+    key: str
+    options_key: str
+    options: dict
+    path: str
+    num_rows: int
+    summary: dict
+    seconds: float | None
+    run_id: int | None
+    created_at: str
+
+
+@dataclass(frozen=True)
+class RmdFit:
+    id: int
+    teacher_id: int
+    key: str
+    source: str
+    dataset_id: int | None
+    layers: list[int]
+    num_rows: int
+    path: str
+    created_at: str
+
+
+PROBE_ROW_COLUMNS = ("pred", "max_prob", "entropy", "uhat", "mc_pred", "mc_max_prob", "mc_entropy", "mc_uhat")
+
+
+class Store:
+    def __init__(self, db):
+        self.db = db
+
+    @classmethod
+    def open(cls, workspace) -> "Store":
+        return cls(workspace.db())
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Store"]:
+        with self.db.atomic():
+            yield self
+
+    def _rows(self, sql: str, params: Any = ()) -> list[dict]:
+        cursor = self.db.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def _one(self, sql: str, params: Any = ()) -> dict | None:
+        rows = self._rows(sql, params)
+        return rows[0] if rows else None
+
+    # -- teachers and labels -------------------------------------------
+    def _teacher(self, row: dict) -> Teacher:
+        labels = [r["name"] for r in self._rows(
+            "SELECT l.name FROM teacher_labels tl JOIN labels l ON l.id = tl.label_id "
+            "WHERE tl.teacher_id = ? ORDER BY tl.position", [row["id"]])]
+        return Teacher(**row, labels=tuple(labels))
+
+    def teachers(self) -> list[Teacher]:
+        return [self._teacher(r) for r in self._rows("SELECT * FROM teachers ORDER BY id")]
+
+    def teacher(self, name: str) -> Teacher:
+        row = self._one("SELECT * FROM teachers WHERE name = ?", [name])
+        if row is None:
+            known = ", ".join(t.name for t in self.teachers()) or "none registered"
+            raise KamalError(f"no teacher named {name!r} (teachers: {known})")
+        return self._teacher(row)
+
+    def teacher_by_id(self, teacher_id: int) -> Teacher:
+        return self._teacher(self._one("SELECT * FROM teachers WHERE id = ?", [teacher_id]))
+
+    def find_teacher(self, *, name: str | None = None, fingerprint: str | None = None) -> Teacher | None:
+        row = self._one("SELECT * FROM teachers WHERE name = ? OR fingerprint = ?", [name, fingerprint])
+        return self._teacher(row) if row else None
+
+    def add_teacher(self, *, labels: list[str], **fields: Any) -> Teacher:
+        with self.transaction():
+            cursor = self.db.execute(
+                f"INSERT INTO teachers ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
+                [*fields.values(), now()],
+            )
+            teacher_id = cursor.lastrowid
+            for position, label in enumerate(labels):
+                self.db.execute("INSERT OR IGNORE INTO labels (name, created_at) VALUES (?, ?)", [label, now()])
+                label_id = self._one("SELECT id FROM labels WHERE name = ?", [label])["id"]
+                self.db.execute(
+                    "INSERT INTO teacher_labels (teacher_id, position, label_id) VALUES (?, ?, ?)",
+                    [teacher_id, position, label_id],
+                )
+        return self.teacher_by_id(teacher_id)
+
+    def remove_teacher(self, name: str) -> Teacher:
+        teacher = self.teacher(name)
+        with self.transaction():
+            self.db.execute("DELETE FROM teachers WHERE id = ?", [teacher.id])
+            self.db.execute("DELETE FROM labels WHERE id NOT IN (SELECT label_id FROM teacher_labels)")
+        return teacher
+
+    def label_space(self, teachers: list[Teacher] | None = None) -> LabelSpace:
+        teachers = self.teachers() if teachers is None else teachers
+        return LabelSpace.from_teachers([(t.name, t.labels) for t in teachers])
+
+    # -- datasets --------------------------------------------------------
+    def _dataset(self, row: dict) -> Dataset:
+        row = dict(row)
+        row["columns"] = _loads(row["columns"], [])
+        row["label_counts"] = _loads(row["label_counts"])
+        return Dataset(**row)
+
+    def datasets(self, role: str | None = None) -> list[Dataset]:
+        sql, params = "SELECT * FROM datasets", []
+        if role:
+            sql, params = sql + " WHERE role = ?", [role]
+        return [self._dataset(r) for r in self._rows(sql + " ORDER BY id", params)]
+
+    def dataset(self, name: str) -> Dataset:
+        row = self._one("SELECT * FROM datasets WHERE name = ?", [name])
+        if row is None:
+            known = ", ".join(d.name for d in self.datasets()) or "none registered"
+            raise KamalError(f"no dataset named {name!r} (datasets: {known})")
+        return self._dataset(row)
+
+    def dataset_by_id(self, dataset_id: int) -> Dataset:
+        return self._dataset(self._one("SELECT * FROM datasets WHERE id = ?", [dataset_id]))
+
+    def has_dataset(self, name: str) -> bool:
+        return self._one("SELECT 1 FROM datasets WHERE name = ?", [name]) is not None
+
+    def add_dataset(self, *, columns: list[str], label_counts: dict | None, **fields: Any) -> Dataset:
+        fields = {**fields, "columns": _dumps(columns), "label_counts": _dumps(label_counts) if label_counts is not None else None}
+        with self.transaction():
+            cursor = self.db.execute(
+                f"INSERT INTO datasets ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
+                [*fields.values(), now()],
+            )
+        return self.dataset_by_id(cursor.lastrowid)
+
+    def remove_dataset(self, name: str) -> Dataset:
+        dataset = self.dataset(name)
+        with self.transaction():
+            self.db.execute("DELETE FROM datasets WHERE id = ?", [dataset.id])
+        return dataset
+
+    def dataset_path_in_use(self, path: str) -> bool:
+        return self._one("SELECT 1 FROM datasets WHERE path = ?", [path]) is not None
+
+    # -- runs -------------------------------------------------------------
+    def _run(self, row: dict) -> Run:
+        row = dict(row)
+        row.pop("pid", None)
+        row["params"] = _loads(row["params"], {})
+        row["result"] = _loads(row["result"])
+        return Run(**row)
+
+    def start_run(self, kind: str, name: str | None, params: dict, workdir: str | None = None) -> int:
+        with self.transaction():
+            cursor = self.db.execute(
+                "INSERT INTO runs (kind, name, status, params, workdir, pid, started_at) VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                [kind, name, _dumps(params), workdir, os.getpid(), now()],
+            )
+        return cursor.lastrowid
+
+    def finish_run(self, run_id: int, status: str, result: dict | None = None, error: str | None = None) -> None:
+        with self.transaction():
+            self.db.execute(
+                "UPDATE runs SET status = ?, result = ?, error = ?, finished_at = ? WHERE id = ?",
+                [status, _dumps(result) if result is not None else None, error, now(), run_id],
+            )
+
+    def update_run(self, run_id: int, *, params: dict | None = None, workdir: str | None = None) -> None:
+        with self.transaction():
+            if params is not None:
+                self.db.execute("UPDATE runs SET params = ? WHERE id = ?", [_dumps(params), run_id])
+            if workdir is not None:
+                self.db.execute("UPDATE runs SET workdir = ? WHERE id = ?", [workdir, run_id])
+
+    def runs(self, kind: str | None = None, name: str | None = None, status: str | None = None) -> list[Run]:
+        where, params = [], []
+        for column, value in (("kind", kind), ("name", name), ("status", status)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        return [self._run(r) for r in self._rows(sql, params)]
+
+    def run(self, run_id: int) -> Run:
+        return self._run(self._one("SELECT * FROM runs WHERE id = ?", [run_id]))
+
+    def mark_stale_runs(self) -> int:
+        """Runs left 'running' by a process that no longer exists were interrupted."""
+        stale = [r for r in self._rows("SELECT id, pid FROM runs WHERE status = 'running'") if not _alive(r["pid"])]
+        for r in stale:
+            self.finish_run(r["id"], "interrupted", error="the process ended without finishing (killed or crashed)")
+        return len(stale)
+
+    # -- probes -----------------------------------------------------------
+    def _probe(self, row: dict) -> Probe:
+        row = dict(row)
+        row["options"] = _loads(row["options"], {})
+        row["summary"] = _loads(row["summary"], {})
+        return Probe(**row)
+
+    def find_probe(self, key: str) -> Probe | None:
+        row = self._one("SELECT * FROM probes WHERE key = ?", [key])
+        return self._probe(row) if row else None
+
+    def probe(self, probe_id: int) -> Probe:
+        return self._probe(self._one("SELECT * FROM probes WHERE id = ?", [probe_id]))
+
+    def probes(self, *, teacher_id: int | None = None, dataset_id: int | None = None,
+               options_key: str | None = None) -> list[Probe]:
+        where, params = [], []
+        for column, value in (("teacher_id", teacher_id), ("dataset_id", dataset_id), ("options_key", options_key)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = "SELECT * FROM probes" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        return [self._probe(r) for r in self._rows(sql, params)]
+
+    def add_probe(self, rows: dict, **fields: Any) -> Probe:
+        """One transaction: the probe and its per-row scores (columns PROBE_ROW_COLUMNS)."""
+        fields = {**fields, "options": _dumps(fields["options"]), "summary": _dumps(fields.get("summary", {}))}
+        with self.transaction():
+            cursor = self.db.execute(
+                f"INSERT INTO probes ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
+                [*fields.values(), now()],
+            )
+            probe_id = cursor.lastrowid
+            columns = [rows[c] for c in PROBE_ROW_COLUMNS]
+            self.db.conn.executemany(
+                f"INSERT INTO probe_rows (probe_id, row, {', '.join(PROBE_ROW_COLUMNS)}) "
+                f"VALUES (?, ?, {', '.join('?' * len(PROBE_ROW_COLUMNS))})",
+                ((probe_id, i, *(_py(col[i]) for col in columns)) for i in range(fields["num_rows"])),
+            )
+        return self.probe(probe_id)
+
+    def probe_rows(self, probe_id: int) -> dict[str, list]:
+        cursor = self.db.execute(
+            f"SELECT {', '.join(PROBE_ROW_COLUMNS)}, rmd FROM probe_rows WHERE probe_id = ? ORDER BY row", [probe_id]
+        )
+        rows = cursor.fetchall()
+        names = [*PROBE_ROW_COLUMNS, "rmd"]
+        return {name: [r[i] for r in rows] for i, name in enumerate(names)}
+
+    def delete_probe(self, probe_id: int) -> None:
+        with self.transaction():
+            self.db.execute("DELETE FROM probes WHERE id = ?", [probe_id])
+
+    def find_rmd_fit(self, key: str) -> RmdFit | None:
+        row = self._one("SELECT * FROM rmd_fits WHERE key = ?", [key])
+        if row is None:
+            return None
+        row["layers"] = _loads(row["layers"], [])
+        return RmdFit(**row)
+
+    def add_rmd_fit(self, **fields: Any) -> RmdFit:
+        fields = {**fields, "layers": _dumps(fields["layers"])}
+        with self.transaction():
+            self.db.execute(
+                f"INSERT INTO rmd_fits ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
+                [*fields.values(), now()],
+            )
+        return self.find_rmd_fit(fields["key"])
+
+    def delete_rmd_fit(self, fit_id: int) -> None:
+        with self.transaction():
+            self.db.execute("DELETE FROM rmd_fits WHERE id = ?", [fit_id])
+
+    def rmd_fit_of(self, probe_id: int) -> RmdFit | None:
+        row = self._one("SELECT f.* FROM rmd_fits f JOIN probe_rmd p ON p.fit_id = f.id WHERE p.probe_id = ?", [probe_id])
+        if row is None:
+            return None
+        row["layers"] = _loads(row["layers"], [])
+        return RmdFit(**row)
+
+    def set_probe_rmd(self, probe_id: int, fit_id: int, values, summary: dict) -> None:
+        with self.transaction():
+            self.db.execute("INSERT OR REPLACE INTO probe_rmd (probe_id, fit_id) VALUES (?, ?)", [probe_id, fit_id])
+            self.db.conn.executemany(
+                "UPDATE probe_rows SET rmd = ? WHERE probe_id = ? AND row = ?",
+                ((float(v), probe_id, i) for i, v in enumerate(values)),
+            )
+            self.db.execute("UPDATE probes SET summary = ? WHERE id = ?", [_dumps(summary), probe_id])
+
+    def replace_selection(self, dataset_id: int, options_key: str, teachers: list[str], probe_ids: list[int],
+                          results: dict[str, dict]) -> None:
+        names = _dumps(teachers)
+        with self.transaction():
+            self.db.execute(
+                "DELETE FROM selection WHERE dataset_id = ? AND options_key = ? AND teachers = ?",
+                [dataset_id, options_key, names],
+            )
+            for score, r in results.items():
+                self.db.execute(
+                    "INSERT INTO selection (dataset_id, options_key, teachers, probe_ids, score, accuracy, auroc, "
+                    "target_accuracy, num_rows, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [dataset_id, options_key, names, _dumps(probe_ids), score, r.get("accuracy"), r.get("auroc"),
+                     r.get("target_accuracy"), r.get("rows", 0), now()],
+                )
+
+    def selections(self, dataset_id: int | None = None) -> list[dict]:
+        sql = ("SELECT s.*, d.name AS dataset FROM selection s JOIN datasets d ON d.id = s.dataset_id"
+               + (" WHERE s.dataset_id = ?" if dataset_id is not None else "") + " ORDER BY s.id")
+        rows = self._rows(sql, [dataset_id] if dataset_id is not None else [])
+        for r in rows:
+            r["teachers"] = _loads(r["teachers"], [])
+            r["probe_ids"] = _loads(r["probe_ids"], [])
+        return rows
+
+    # -- counts for `kamal status` -----------------------------------------
+    def counts(self) -> dict[str, int]:
+        tables = {"teachers": "teachers", "labels": "labels", "datasets": "datasets", "runs": "runs"}
+        extra = {"probes": "probes", "students": "students", "exports": "exports"}
+        existing = set(self.db.table_names())
+        tables.update({k: v for k, v in extra.items() if v in existing})
+        return {k: self._one(f"SELECT count(*) AS n FROM {v}")["n"] for k, v in tables.items()}
+
+
+def _py(value):
+    """numpy scalars -> Python numbers for sqlite3."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

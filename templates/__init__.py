@@ -1,0 +1,1 @@
+"""Files kamal writes from: workspace config, model card, workspace .gitignore."""

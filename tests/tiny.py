@@ -1,0 +1,90 @@
+"""Tiny models and synthetic topic data, built in the test (no downloads, seconds to run)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+TOPICS = {
+    "world": ["election", "minister", "treaty", "embassy", "parliament", "border"],
+    "sports": ["goal", "match", "league", "coach", "tennis", "stadium"],
+    "business": ["market", "shares", "profit", "merger", "bank", "revenue"],
+    "scitech": ["software", "physics", "robot", "chip", "genome", "telescope"],
+    "health": ["vaccine", "doctor", "clinic", "disease", "nurse", "therapy"],
+    "arts": ["painting", "novel", "museum", "theatre", "poetry", "gallery"],
+}
+FILLER = ["the", "a", "today", "new", "report", "said", "on", "in", "big", "week"]
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def vocabulary() -> list[str]:
+    words = sorted({w for ws in TOPICS.values() for w in ws} | set(FILLER))
+    return SPECIAL + words
+
+
+def make_tokenizer(folder: Path):
+    from transformers import BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join(vocabulary()) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def tiny_config(num_labels: int = 2, dropout: float = 0.1, layers: int = 2, hidden: int = 32):
+    from transformers import BertConfig
+
+    return BertConfig(
+        vocab_size=len(vocabulary()), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
+        intermediate_size=hidden * 2, max_position_embeddings=64, hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout, num_labels=num_labels,
+    )
+
+
+def make_classifier(folder: Path, labels: list[str] | None, *, seed: int = 0, dropout: float = 0.1,
+                    layers: int = 2, generic_count: int | None = None) -> Path:
+    """A randomly initialised BERT classifier folder. labels=None: LABEL_0.. names."""
+    import torch
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    n = len(labels) if labels else generic_count
+    config = tiny_config(n, dropout, layers)
+    if labels:
+        config.id2label = dict(enumerate(labels))
+        config.label2id = {l: i for i, l in enumerate(labels)}
+    model = BertForSequenceClassification(config)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    make_tokenizer(folder)
+    return folder
+
+
+def make_encoder(folder: Path, *, seed: int = 0, layers: int = 2) -> Path:
+    """A plain encoder (BertModel) folder: a student base with no head."""
+    import torch
+    from transformers import BertModel
+
+    torch.manual_seed(seed)
+    BertModel(tiny_config(2, 0.1, layers)).save_pretrained(str(folder), safe_serialization=True)
+    make_tokenizer(folder)
+    return folder
+
+
+def topic_rows(labels: list[str], per_label: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for label in labels:
+        for _ in range(per_label):
+            words = rng.choices(TOPICS[label], k=rng.randint(3, 6)) + rng.choices(FILLER, k=rng.randint(1, 4))
+            rng.shuffle(words)
+            rows.append({"text": " ".join(words), "label": label})
+    rng.shuffle(rows)
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
