@@ -66,11 +66,13 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def base_status(base: NamedBase) -> str:
+    import importlib.metadata
+
     try:
-        spec = importlib.util.find_spec(base.package.split("==")[0].replace("-", "_"))
-    except (ImportError, ValueError):
-        spec = None
-    return "installed" if spec is not None else "not installed"
+        importlib.metadata.distribution(base.package.split("==")[0])
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+    return "installed"
 
 
 def resolve_model_source(source: str) -> Path:

@@ -154,7 +154,7 @@ def _root_message(error: BaseException) -> str:
         error = error.__cause__ or error.__context__
     text = str(error).strip().splitlines()
     message = text[0] if text else type(error).__name__
-    if isinstance(error, UnicodeDecodeError) or "utf-8" in message.lower() or "decode" in message.lower():
+    if isinstance(error, UnicodeDecodeError) or any(w in message.lower() for w in ("utf-8", "utf8", "decode")):
         return "the file is not valid UTF-8 text"
     return message[:200]
 

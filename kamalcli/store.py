@@ -157,6 +157,61 @@ class RmdFit:
     created_at: str
 
 
+@dataclass(frozen=True)
+class Student:
+    id: int
+    name: str
+    method: str
+    options: dict
+    base: str
+    path: str
+    labels: list[str]
+    parent_id: int | None
+    transfer_dataset_id: int | None
+    select_by: str
+    seed: int
+    train: dict
+    metrics: dict
+    run_id: int | None
+    created_at: str
+    parent: str | None = None
+    teachers: tuple[dict, ...] = ()
+
+    def as_json(self) -> dict:
+        return {
+            "name": self.name,
+            "method": self.method,
+            "options": self.options,
+            "base": self.base,
+            "path": self.path,
+            "labels": self.labels,
+            "parent": self.parent,
+            "teachers": [dict(t) for t in self.teachers],
+            "select_by": self.select_by,
+            "seed": self.seed,
+            "train": self.train,
+            "metrics": self.metrics,
+            "run_id": self.run_id,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class Export:
+    id: int
+    student_id: int
+    path: str
+    quantize: str | None
+    opset: int
+    parity: dict
+    size_bytes: int
+    created_at: str
+
+    def as_json(self) -> dict:
+        return {"path": self.path, "quantize": self.quantize, "opset": self.opset, "parity": self.parity,
+                "size_bytes": self.size_bytes, "created_at": self.created_at}
+
+
 PROBE_ROW_COLUMNS = ("pred", "max_prob", "entropy", "uhat", "mc_pred", "mc_max_prob", "mc_entropy", "mc_uhat")
 
 
@@ -442,6 +497,119 @@ class Store:
             r["teachers"] = _loads(r["teachers"], [])
             r["probe_ids"] = _loads(r["probe_ids"], [])
         return rows
+
+    # -- students -------------------------------------------------------------
+    def _student(self, row: dict) -> Student:
+        row = dict(row)
+        for key, default in (("options", {}), ("labels", []), ("train", {}), ("metrics", {})):
+            row[key] = _loads(row[key], default)
+        parent = self._one("SELECT name FROM students WHERE id = ?", [row["parent_id"]]) if row["parent_id"] else None
+        teachers = self._rows(
+            "SELECT teacher_name AS name, fingerprint, probe_id, teacher_id IS NOT NULL AS registered "
+            "FROM student_teachers WHERE student_id = ? ORDER BY position", [row["id"]])
+        for t in teachers:
+            t["registered"] = bool(t["registered"])
+        return Student(**row, parent=parent["name"] if parent else None, teachers=tuple(teachers))
+
+    def students(self) -> list[Student]:
+        return [self._student(r) for r in self._rows("SELECT * FROM students ORDER BY id")]
+
+    def find_student(self, name: str) -> Student | None:
+        row = self._one("SELECT * FROM students WHERE name = ?", [name])
+        return self._student(row) if row else None
+
+    def student(self, name: str) -> Student:
+        found = self.find_student(name)
+        if found is None:
+            known = ", ".join(s.name for s in self.students()) or "none yet"
+            raise KamalError(f"no student named {name!r} (students: {known})")
+        return found
+
+    def student_by_id(self, student_id: int) -> Student:
+        return self._student(self._one("SELECT * FROM students WHERE id = ?", [student_id]))
+
+    def add_student(self, *, teachers: list[tuple], **fields: Any) -> Student:
+        """teachers: (teacher, probe_id) in the order of the student's label space."""
+        for key in ("options", "labels", "train", "metrics"):
+            fields[key] = _dumps(fields.get(key, {}))
+        with self.transaction():
+            cursor = self.db.execute(
+                f"INSERT INTO students ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
+                [*fields.values(), now()],
+            )
+            student_id = cursor.lastrowid
+            for position, (teacher, probe_id) in enumerate(teachers):
+                self.db.execute(
+                    "INSERT INTO student_teachers (student_id, position, teacher_id, teacher_name, fingerprint, probe_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    [student_id, position, teacher.id, teacher.name, teacher.fingerprint, probe_id],
+                )
+        return self.student_by_id(student_id)
+
+    def set_student_metrics(self, student_id: int, metrics: dict) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE students SET metrics = ? WHERE id = ?", [_dumps(metrics), student_id])
+
+    def remove_student(self, name: str) -> Student:
+        student = self.student(name)
+        with self.transaction():
+            self.db.execute("DELETE FROM students WHERE id = ?", [student.id])
+        return student
+
+    def teacher_of_student(self, student_id: int) -> Teacher | None:
+        row = self._one("SELECT * FROM teachers WHERE student_id = ?", [student_id])
+        return self._teacher(row) if row else None
+
+    # -- evaluations ------------------------------------------------------------
+    def add_evaluation(self, *, dataset_id: int, metrics: dict, student_id: int | None = None,
+                       baseline: str | None = None) -> int:
+        with self.transaction():
+            cursor = self.db.execute(
+                "INSERT INTO evaluations (student_id, baseline, dataset_id, metrics, created_at) VALUES (?, ?, ?, ?, ?)",
+                [student_id, baseline, dataset_id, _dumps(metrics), now()],
+            )
+        return cursor.lastrowid
+
+    def evaluations(self, student_id: int | None = None) -> list[dict]:
+        sql = ("SELECT e.id, s.name AS student, e.baseline, d.name AS data, e.metrics, e.created_at FROM evaluations e "
+               "JOIN datasets d ON d.id = e.dataset_id LEFT JOIN students s ON s.id = e.student_id")
+        rows = self._rows(sql + (" WHERE e.student_id = ?" if student_id is not None else "") + " ORDER BY e.id",
+                          [student_id] if student_id is not None else [])
+        for r in rows:
+            r["metrics"] = _loads(r["metrics"], {})
+        return rows
+
+    # -- exports --------------------------------------------------------------
+    def _export(self, row: dict) -> Export:
+        row = dict(row)
+        row["parity"] = _loads(row["parity"], {})
+        return Export(**row)
+
+    def add_export(self, *, student_id: int, path: str, quantize: str | None, opset: int, parity: dict,
+                   size_bytes: int) -> Export:
+        with self.transaction():
+            self.db.execute("DELETE FROM exports WHERE path = ?", [path])
+            cursor = self.db.execute(
+                "INSERT INTO exports (student_id, path, quantize, opset, parity, size_bytes, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [student_id, path, quantize, opset, _dumps(parity), size_bytes, now()],
+            )
+        return self._export(self._one("SELECT * FROM exports WHERE id = ?", [cursor.lastrowid]))
+
+    def exports(self, student_id: int | None = None) -> list[Export]:
+        sql = "SELECT * FROM exports" + (" WHERE student_id = ?" if student_id is not None else "") + " ORDER BY id"
+        return [self._export(r) for r in self._rows(sql, [student_id] if student_id is not None else [])]
+
+    def latest_export(self, student_id: int, quantize: str | None = "any") -> Export | None:
+        """The newest export whose folder still exists (fp32 preferred unless quantize is given)."""
+        from pathlib import Path
+
+        found = [e for e in self.exports(student_id) if (Path(e.path) / "model.onnx").is_file()]
+        if quantize != "any":
+            found = [e for e in found if e.quantize == quantize]
+        else:
+            found.sort(key=lambda e: (e.quantize is None, e.id))
+        return found[-1] if found else None
 
     # -- counts for `kamal status` -----------------------------------------
     def counts(self) -> dict[str, int]:

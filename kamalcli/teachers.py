@@ -50,7 +50,18 @@ def weights_fingerprint(folder: Path) -> str:
 
 
 def tokenizer_fingerprint(folder: Path) -> str | None:
-    for name in TOKENIZER_FILES:
+    """What decides how text becomes ids: the vocabulary and normalisation, not padding settings."""
+    import hashlib
+
+    path = folder / "tokenizer.json"
+    if path.is_file():
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            essential = {k: spec.get(k) for k in ("model", "normalizer", "pre_tokenizer", "added_tokens")}
+            return hashlib.sha256(json.dumps(essential, sort_keys=True).encode()).hexdigest()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            pass
+    for name in TOKENIZER_FILES[1:]:
         if (folder / name).is_file():
             return sha256_files([folder / name])
     return None
@@ -100,9 +111,9 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         raise KamalError(f"{source}: model type {model_type!r} is unknown to the installed transformers")
 
     id2label = config.get("id2label") or {}
-    num_labels = len(id2label) or config.get("num_labels") or 0
-    if num_labels < 1:
-        raise KamalError(f"{source} has no labels (config.json has no id2label)")
+    num_labels = len(id2label) or config.get("num_labels") or _head_size(folder)
+    if not num_labels:
+        raise KamalError(f"{source} has no labels (no id2label in config.json, and no classification head found)")
     try:
         names = [str(id2label[k]) for k in sorted(id2label, key=int)] if id2label else []
     except (TypeError, ValueError):
@@ -112,10 +123,15 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         if len(labels) != num_labels:
             raise KamalError(f"--labels gives {len(labels)} names but {source} has {num_labels} classes")
         names = list(labels)
+    elif not names:
+        raise KamalError(
+            f"{source} names no labels (config.json has no id2label); "
+            f"name its {num_labels} classes in order with --labels a,b,..."
+        )
     elif generic:
         raise KamalError(
-            f"{source} has generic class names ({', '.join(names[:3]) or 'none'}...); "
-            f"name its {num_labels} classes in order with --labels a,b,c"
+            f"{source} has generic class names ({', '.join(names[:3])}...); "
+            f"name its {num_labels} classes in order with --labels a,b,..."
         )
     if len(set(names)) != len(names):
         raise KamalError(f"{source}: label names repeat: {', '.join(names)}")
@@ -136,6 +152,22 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         tokenizer_fingerprint=tokenizer_fingerprint(folder),
         weight_files=tuple(p.name for p in weight_files(folder)),
     )
+
+
+def _head_size(folder: Path) -> int | None:
+    """Rows of the classification head, read from the safetensors header (no torch)."""
+    import struct
+
+    for path in weight_files(folder):
+        if path.suffix != ".safetensors":
+            return None
+        with open(path, "rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+        for name in ("classifier.weight", "classifier.out_proj.weight", "score.weight"):
+            if name in header:
+                return int(header[name]["shape"][0])
+    return None
 
 
 def _known_model_type(model_type: str) -> bool:

@@ -29,7 +29,8 @@ def make_tokenizer(folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     vocab = folder / "vocab.txt"
     vocab.write_text("\n".join(vocabulary()) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+    # transformers 5 takes the vocabulary as `vocab` (a path or a dict); `vocab_file` is ignored.
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocabulary())}, do_lower_case=True)
     tokenizer.save_pretrained(str(folder))
     return tokenizer
 

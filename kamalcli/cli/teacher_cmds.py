@@ -7,7 +7,8 @@ import click
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, note, table
 from kamalcli.errors import KamalError
-from kamalcli.names import check_name, split_labels
+from kamalcli.cli.student_cmds import train_options, train_settings
+from kamalcli.names import split_labels
 
 
 @click.command("add-teacher")
@@ -64,4 +65,38 @@ def remove_teacher(app: App, name: str) -> None:
     click.echo(f"Removed teacher {teacher.name} (its files at {teacher.path} were not touched)")
 
 
-COMMANDS = [add_teacher, teachers, remove_teacher]
+@click.command("train-teacher")
+@click.argument("data", required=False)
+@click.option("--labels", help="The labels this teacher knows, comma-separated; it trains on the rows of those labels.")
+@click.option("--name", help="Name of the new teacher.")
+@click.option("--base", help="Named base (kamal models), encoder folder, or hub id (default: the workspace's student base).")
+@click.option("--base-layers", type=int, help="Keep only the first N layers of the base.")
+@click.option("--resume", metavar="NAME", help="Continue the interrupted training of that teacher.")
+@train_options
+@pass_app
+def train_teacher(app: App, data, labels, name, base, base_layers, resume, epochs, batch_size, lr, max_length, seed,
+                  checkpoint_every, device) -> None:
+    """Fine-tune a classifier on a labelled dataset's rows of some labels and register it as a teacher."""
+    from kamalcli.teacher_training import TeacherRequest, resume_teacher, train_teacher as run_training
+
+    if resume:
+        with app.writer() as store:
+            teacher, result = resume_teacher(app.workspace, store, resume, say=note)
+    else:
+        if not (data and labels and name):
+            raise KamalError("give DATA, --labels a,b,... and --name NAME (or --resume NAME)")
+        request = TeacherRequest(
+            data=data, labels=split_labels(labels), name=name,
+            base=base or app.workspace.setting("train", "student", "minilm-l6"), base_layers=base_layers,
+            train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
+            device=device or app.workspace.setting("workspace", "device", "auto"),
+        )
+        with app.writer() as store:
+            teacher, result = run_training(app.workspace, store, request, say=note)
+    accuracy = result.get("held_out_accuracy")
+    held = f"; held-out accuracy {100 * accuracy:.1f}% on {result['held_out_rows']} rows" if accuracy is not None else ""
+    click.echo(f"Trained teacher {teacher.name} on {result['rows']} rows ({', '.join(teacher.labels)}) in "
+               f"{result['seconds']:.0f} s{held}")
+
+
+COMMANDS = [add_teacher, train_teacher, teachers, remove_teacher]

@@ -13,6 +13,15 @@ def entropy(probs: np.ndarray) -> np.ndarray:
     return -(np.asarray(probs, dtype=np.float64) * np.log(p)).sum(axis=1)
 
 
+def entropy_from_logits(logits: np.ndarray) -> np.ndarray:
+    """Entropy of softmax(z) via log-softmax in float64: stays above 0 for very confident rows,
+    where a float32 probability would round to exactly 1 (and teachers would tie)."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return -(np.exp(log_p) * log_p).sum(axis=1)
+
+
 def normalised_uncertainty(probs: np.ndarray) -> np.ndarray:
     """H(p) / log k in [0, 1]; 0 for a single-class teacher (it cannot be unsure)."""
     k = probs.shape[1]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.probe.calibration import ece, entropy, normalised_uncertainty
+from kamalcli.probe.calibration import ece, entropy, entropy_from_logits, normalised_uncertainty
 from kamalcli.probe.arrays import ProbeArrays, ProbeSettings, default_layers
 from kamalcli.probe.selection import selection_quality
 
@@ -96,15 +96,39 @@ class Runner:
     options_key: str = ""
 
     # -- (1) probes ------------------------------------------------------------
-    def ensure(self, teacher, dataset, settings: ProbeSettings):
-        """The cached probe for this pair and setting, computing it if needed. Returns (probe, computed)."""
-        key = probe_key(teacher, dataset, settings)
-        found = self.store.find_probe(key)
-        if found is not None and (Path(found.path) / "meta.json").is_file():
-            return found, False
-        if found is not None:  # its files are gone: recompute
-            self.store.delete_probe(found.id)
-        return self._compute(teacher, dataset, settings, key), True
+    def ensure(self, teacher, dataset, settings: ProbeSettings, *, need_layers: bool = True):
+        """The cached probe for this pair and setting, computing it if needed. Returns (probe, computed).
+
+        A probe with more pooled layers serves a request for fewer; with
+        need_layers=False (no RMD wanted) any pooled layers will do.
+        """
+        for found in self._compatible(teacher, dataset, settings, need_layers):
+            if (Path(found.path) / "meta.json").is_file():
+                return found, False
+            self.store.delete_probe(found.id)  # its files are gone: recompute
+        return self._compute(teacher, dataset, settings, probe_key(teacher, dataset, settings)), True
+
+    def logits_probe(self, teacher, dataset, max_length: int):
+        """Any probe of the pair with this max length has the deterministic logits; else a K=1 one."""
+        for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
+            if p.options.get("max_length") == max_length and (Path(p.path) / "meta.json").is_file():
+                return p
+        settings = ProbeSettings(mc_samples=1, dropout=None, max_length=max_length, layers=(), seed=0)
+        probe, _ = self.ensure(teacher, dataset, settings, need_layers=False)
+        return probe
+
+    def _compatible(self, teacher, dataset, settings: ProbeSettings, need_layers: bool) -> list:
+        exact = self.store.find_probe(probe_key(teacher, dataset, settings))
+        wanted = {k: v for k, v in settings.cache_fields().items() if k != "layers"}
+        others = []
+        for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
+            if exact is not None and p.id == exact.id:
+                continue
+            same = {k: v for k, v in p.options.items() if k != "layers"} == wanted
+            layers_ok = not need_layers or set(settings.layers) <= set(p.options.get("layers", []))
+            if same and layers_ok:
+                others.append(p)
+        return ([exact] if exact is not None else []) + others
 
     def _compute(self, teacher, dataset, settings: ProbeSettings, key: str):
         from kamalcli.batching import encode
@@ -316,11 +340,13 @@ class Runner:
 def row_scores(arrays: ProbeArrays) -> dict[str, np.ndarray]:
     probs = arrays.probs()
     mc = np.asarray(arrays.mc_probs, dtype=np.float64)
+    h = entropy_from_logits(arrays.logits)
+    k = probs.shape[1]
     return {
         "pred": probs.argmax(axis=1),
         "max_prob": probs.max(axis=1),
-        "entropy": entropy(probs),
-        "uhat": normalised_uncertainty(probs),
+        "entropy": h,
+        "uhat": h / np.log(k) if k > 1 else np.zeros_like(h),
         "mc_pred": mc.argmax(axis=1),
         "mc_max_prob": mc.max(axis=1),
         "mc_entropy": entropy(mc),

@@ -1,0 +1,263 @@
+"""kamal amalgamate (and extend): probe cache -> method objective -> one training loop -> student.
+
+Teachers never run inside the training loop: their outputs on the transfer
+rows come from the probe cache (computed first if missing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.labels import LabelSpace
+from kamalcli.probe.service import ProbeRequest
+
+HOLDOUT_SHARE = 0.05
+HOLDOUT_MAX = 1000
+HOLDOUT_MIN_ROWS = 40  # below this many transfer rows, no held-out slice: the last step is kept
+
+
+@dataclass
+class AmalgamateRequest:
+    method: str
+    options: list[str] = field(default_factory=list)
+    student: str = "minilm-l6"
+    student_layers: int | None = None
+    name: str | None = None
+    teachers: list[str] = field(default_factory=list)
+    data: str | None = None
+    select_by: str = "transfer-loss"
+    parent: str | None = None          # extend: the student that grows
+    train: dict = field(default_factory=dict)
+    probe: dict = field(default_factory=dict)
+    device: str = "auto"
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def teacher_outputs(store, teachers, probes) -> "TeacherOutputs":  # noqa: F821
+    """The methods' view of N teachers' cached probes on the same rows."""
+    from kamalcli.methods.base import TeacherOutputs
+    from kamalcli.probe.arrays import ProbeArrays
+
+    space = store.label_space(teachers)
+    rows = [store.probe_rows(p.id) for p in probes]
+    logits = tuple(np.asarray(ProbeArrays.load(Path(p.path)).logits, dtype=np.float32) for p in probes)
+    column = lambda key: np.stack([np.asarray(r[key], dtype=np.float64) for r in rows], axis=1)  # noqa: E731
+    confidence = {
+        "mc-dropout": 1.0 - column("mc_uhat"),
+        "entropy": 1.0 - column("uhat"),
+        "max-prob": column("max_prob"),
+    }
+    if all(None not in r["rmd"] for r in rows):
+        confidence["rmd"] = -column("rmd")
+    return TeacherOutputs(space, tuple(t.name for t in teachers), logits, confidence)
+
+
+def _transfer_dataset(store, name: str | None):
+    if name:
+        return store.dataset(name)
+    transfer = store.datasets(role="transfer")
+    if not transfer:
+        raise KamalError("no transfer data: add unlabelled text with `kamal add-data FILE` (role transfer)")
+    if len(transfer) > 1:
+        names = ", ".join(d.name for d in transfer)
+        raise KamalError(f"several transfer sets ({names}): choose one with --data NAME")
+    return transfer[0]
+
+
+def _default_name(store, method: str) -> str:
+    taken = {s.name for s in store.students()} | {r.name for r in store.runs(kind="amalgamate") if r.name}
+    i = 1
+    while f"{method}-{i}" in taken:
+        i += 1
+    return f"{method}-{i}"
+
+
+def holdout_split(n: int, seed: int, select_by: str) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, held-out rows). The held-out slice exists only for label-free selection."""
+    if select_by != "transfer-loss" or n < HOLDOUT_MIN_ROWS:
+        return np.arange(n), np.arange(0)
+    size = min(HOLDOUT_MAX, max(1, round(HOLDOUT_SHARE * n)))
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[size:]), np.sort(order[:size])
+
+
+def plan(store, request: AmalgamateRequest):
+    """Everything checked before any work: method, options, teachers, data, name."""
+    from kamalcli.methods import get_method
+    from kamalcli.names import check_name
+
+    method = get_method(request.method)
+    if not method.trains:
+        raise KamalError(f"{method.name} is a baseline with nothing to train: `kamal eval --baseline {method.name} --data NAME`")
+    options = method.parse(request.options)
+    teachers = [store.teacher(n) for n in request.teachers] if request.teachers else store.teachers()
+    if not teachers:
+        raise KamalError("no teachers: register some with `kamal add-teacher FOLDER`")
+    if len(teachers) < 2:
+        raise KamalError(
+            f"amalgamation needs at least two teachers with different label sets; there is only {teachers[0].name}, "
+            "whose labels are already the whole label space (fine-tune it instead, or add another teacher)"
+        )
+    if len({t.name for t in teachers}) != len(teachers):
+        raise KamalError("a teacher is named twice")
+    dataset = _transfer_dataset(store, request.data)
+    if request.select_by != "transfer-loss":
+        if not request.select_by.startswith("eval:"):
+            raise KamalError(f"--select-by {request.select_by!r}: use transfer-loss or eval:NAME")
+        eval_set = store.dataset(request.select_by.split(":", 1)[1])
+        if not eval_set.has_labels:
+            raise KamalError(f"--select-by {request.select_by}: that dataset has no labels")
+    name = check_name(request.name, "student") if request.name else _default_name(store, method.name)
+    if store.find_student(name) is not None:
+        raise KamalError(f"a student named {name!r} exists already; choose another --name")
+    return method, options, teachers, dataset, name
+
+
+def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resume_run=None, on_step=None):
+    """Train a student; returns the Student record. resume_run: the interrupted run to continue."""
+    from kamalcli.runs import recorded_run
+    from kamalcli.train.loop import StopRequested, TrainConfig
+
+    method, options, teachers, dataset, name = plan(store, request)
+    request = replace(request, name=name)
+    train_config = TrainConfig(**request.train)
+    train_config.validate()
+    probe_request = ProbeRequest(**request.probe)
+    params = request.as_json()
+    workdir = Path(resume_run.workdir) if resume_run else None
+    if resume_run:
+        params["resumed_from"] = resume_run.id
+    kind = "extend" if request.parent else "amalgamate"
+    with recorded_run(store, kind, name, params) as run:
+        if workdir is None:
+            workdir = workspace.artifact_dir("runs") / f"run-{run.id}"
+        store.update_run(run.id, workdir=str(workdir))
+        try:
+            student = _train_student(workspace, store, request, method, options, teachers, dataset, probe_request,
+                                     train_config, workdir, run, say, resume=resume_run is not None, on_step=on_step)
+        except StopRequested:
+            say(f"Stopped: a checkpoint was saved. Continue with `kamal amalgamate --resume {name}`.")
+            raise
+        run.result = {"student": student.name, "path": student.path, **student.train}
+    return student
+
+
+def _train_student(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                   workdir, run, say, resume, on_step):
+    from kamalcli.batching import encode
+    from kamalcli.data import load_dataset_rows
+    from kamalcli.fsutil import publish_dir
+    from kamalcli.modeling import save_classifier
+    from kamalcli.probe.service import Runner
+    from kamalcli.runtime import resolve_device
+    from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss
+    from kamalcli.train.loop import train
+
+    device = resolve_device(request.device)
+    train_config = replace(train_config, device=device)
+    # 1. teachers' outputs on the transfer rows, from the probe cache
+    runner = Runner(workspace, store, device=device, batch_size=max(train_config.batch_size, 32),
+                    run_id=run.id, options_key=probe_request.options_key)
+    probes = []
+    for teacher in teachers:
+        settings = probe_request.settings_for(teacher)
+        probe, computed = runner.ensure(teacher, dataset, settings, need_layers=options_need_rmd(options))
+        if computed:
+            say(f"Probed {teacher.name} on {dataset.name} first (it was not cached).")
+        probes.append(probe)
+    if options_need_rmd(options):
+        for teacher, probe in zip(teachers, probes):
+            runner.fit_rmd(teacher, probe_request.settings_for(teacher), [probe])
+    outputs = teacher_outputs(store, teachers, probes)
+    objective = method.build(outputs, options)
+
+    # 2. the student, over the union label space (an extended student keeps its old label ids)
+    model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
+    texts, _ = load_dataset_rows(dataset)
+    encoded = encode(tokenizer, texts, train_config.max_length)
+    train_rows, held_out = holdout_split(len(texts), train_config.seed, request.select_by)
+    selector = None
+    if request.select_by == "transfer-loss" and len(held_out):
+        selector = HeldOutLoss(objective, encoded, held_out, device)
+    elif request.select_by.startswith("eval:"):
+        eval_set = store.dataset(request.select_by.split(":", 1)[1])
+        eval_texts, gold = load_dataset_rows(eval_set)
+        index = {n: i for i, n in enumerate(outputs.space.names)}
+        selector = EvalAccuracy(eval_set.name, encode(tokenizer, eval_texts, train_config.max_length),
+                                np.array([index.get(g, -1) for g in gold]), device)
+        say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
+
+    # 3. the one training loop
+    result = train(model, encoded, objective, train_config, workdir, rows=train_rows, selector=selector,
+                   resume=resume, on_step=on_step, description=f"{method.name} -> {request.name}")
+
+    # 4. the student folder, then its record (a row points only at finished files)
+    train_record = {
+        "config": train_config.as_json(), "steps": result.steps, "seconds": result.seconds,
+        "examples_per_second": result.examples_per_second, "best_step": result.best_step,
+        "best_metric": result.best_metric, "selected_by": result.selected_by or "last step",
+        "history": result.history, "train_rows": int(len(train_rows)), "held_out_rows": int(len(held_out)),
+        "objective": objective.info,
+    }
+    meta = {
+        "name": request.name, "method": method.name, "options": asdict(options), "labels": list(outputs.space.names),
+        "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
+        "base": request.student, "parent": request.parent, "transfer_data": dataset.name,
+        "transfer_hash": dataset.content_hash, "select_by": request.select_by, "seed": train_config.seed,
+    }
+    staging = workspace.tmp_dir() / "student"
+    save_classifier(model, tokenizer, staging, extra=meta)
+    final = workspace.artifact_dir("students") / request.name
+    publish_dir(staging, final)
+    parent = store.find_student(request.parent) if request.parent else None
+    return store.add_student(
+        teachers=list(zip(teachers, [p.id for p in probes])),
+        name=request.name, method=method.name, options=asdict(options), base=str(base_folder), path=str(final),
+        labels=list(outputs.space.names), parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
+        select_by=request.select_by, seed=train_config.seed, train=train_record, metrics={}, run_id=run.id,
+    )
+
+
+def options_need_rmd(options) -> bool:
+    return getattr(options, "confidence_score", None) == "rmd"
+
+
+def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: int):
+    from kamalcli.assets import resolve_model_source
+    from kamalcli.modeling import build_student, grow_classifier, labels_of, load_classifier, load_tokenizer
+
+    if request.parent:
+        parent = store.student(request.parent)
+        folder = Path(parent.path)
+        old = labels_of(folder)
+        if list(space.names[: len(old)]) != old:
+            raise KamalError(f"internal: the label space does not start with {parent.name}'s labels")
+        model = grow_classifier(load_classifier(folder), list(space.names[len(old):]), seed=seed)
+        return model, load_tokenizer(folder), folder
+    base = resolve_model_source(request.student)
+    model = build_student(base, list(space.names), num_layers=request.student_layers, seed=seed)
+    return model, load_tokenizer(base), base
+
+
+def resume(workspace, store, name: str, *, say=print, on_step=None):
+    """Continue an interrupted (or failed) amalgamate/extend run of that name from its checkpoint."""
+    from kamalcli.train import checkpoint
+
+    if store.find_student(name) is not None:
+        raise KamalError(f"student {name!r} already finished; nothing to resume")
+    candidates = [r for r in store.runs(name=name) if r.kind in ("amalgamate", "extend")
+                  and r.status in ("interrupted", "failed") and r.workdir and checkpoint.exists(Path(r.workdir))]
+    if not candidates:
+        raise KamalError(f"no interrupted run named {name!r} with a checkpoint (see `kamal runs`)")
+    run = candidates[-1]
+    params = {k: v for k, v in run.params.items() if k != "resumed_from"}
+    request = AmalgamateRequest(**params)
+    say(f"Resuming {name} from run {run.id}'s checkpoint.")
+    return amalgamate(workspace, store, request, say=say, resume_run=run, on_step=on_step)

@@ -1,0 +1,221 @@
+"""kamal methods, amalgamate, students, eval, predict."""
+
+from __future__ import annotations
+
+
+import click
+
+from kamalcli.cli.app import App, pass_app
+from kamalcli.cli.render import emit_json, json_option, note, pct, table
+from kamalcli.errors import KamalError
+
+
+@click.command()
+@json_option
+def methods(as_json: bool) -> None:
+    """The amalgamation methods and baselines, with each one's options and defaults."""
+    from kamalcli.methods import REGISTRY
+
+    rows = [{"name": m.name, "summary": m.summary, "trains": m.trains, "paper": m.paper, "options": m.defaults()}
+            for m in REGISTRY.values()]
+    if as_json:
+        emit_json(rows)
+        return
+    table("Methods (kamal amalgamate --method NAME --option key=value)", ["name", "what it does", "options (defaults)", "source"],
+          [(r["name"], r["summary"], ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-", r["paper"] or "-")
+           for r in rows])
+
+
+def train_options(f):
+    options = [
+        click.option("--epochs", type=int, help="Passes over the transfer data (default 1)."),
+        click.option("--batch-size", type=int, help="Rows per step (default 32)."),
+        click.option("--lr", type=float, help="Peak learning rate (default 1e-4)."),
+        click.option("--max-length", type=int, help="Tokens per text (default 128)."),
+        click.option("--seed", type=int, help="Seed (default: the workspace seed)."),
+        click.option("--checkpoint-every", type=int, help="Save a checkpoint every N steps (default 200)."),
+        click.option("--device", help="cpu, cuda or auto."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def train_settings(app: App, epochs, batch_size, lr, max_length, seed, checkpoint_every) -> dict:
+    ws = app.workspace
+    pick = lambda given, key, default, section="train": given if given is not None else ws.setting(section, key, default)  # noqa: E731
+    return {
+        "epochs": pick(epochs, "epochs", 1),
+        "batch_size": pick(batch_size, "batch_size", 32),
+        "lr": float(pick(lr, "lr", 1e-4)),
+        "max_length": pick(max_length, "max_length", 128),
+        "warmup": float(ws.setting("train", "warmup", 0.1)),
+        "weight_decay": float(ws.setting("train", "weight_decay", 0.01)),
+        "grad_clip": float(ws.setting("train", "grad_clip", 1.0)),
+        "seed": pick(seed, "seed", 0, "workspace"),
+        "checkpoint_every": pick(checkpoint_every, "checkpoint_every", 200),
+    }
+
+
+def probe_settings(app: App) -> dict:
+    ws = app.workspace
+    return {
+        "mc_samples": ws.setting("probe", "mc_samples", 16),
+        "dropout": ws.setting("probe", "dropout", None),
+        "max_length": ws.setting("probe", "max_length", 128),
+        "layers": "default",
+        "seed": ws.setting("workspace", "seed", 0),
+    }
+
+
+@click.command()
+@click.option("--method", help="muki-hard, muki-soft, vanilla-kd, uhc (see `kamal methods`).")
+@click.option("--student", "student_base", metavar="BASE", help="Named base (kamal models), encoder or classifier folder, or hub id.")
+@click.option("--student-layers", type=int, help="Keep only the first N layers of the base (a smaller student).")
+@click.option("--name", help="Name of the new student (default: METHOD-N).")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="A method option (repeatable).")
+@click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="Only these teachers (default: all).")
+@click.option("--data", metavar="NAME", help="Transfer dataset (default: the only one).")
+@click.option("--select-by", metavar="HOW", help="transfer-loss (label-free, default) or eval:NAME (uses labels).")
+@click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
+@train_options
+@pass_app
+def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by, resume,
+               epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
+    """Train one student over the union of the teachers' labels, from unlabelled text."""
+    from kamalcli import amalgamate as service
+
+    if resume:
+        given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base)) if v]
+        if given:
+            raise KamalError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
+        with app.writer() as store:
+            student = service.resume(app.workspace, store, resume, say=note)
+        _trained(student)
+        return
+    if not method:
+        raise KamalError("choose a method with --method (see `kamal methods`)")
+    request = service.AmalgamateRequest(
+        method=method, options=list(options),
+        student=student_base or app.workspace.setting("train", "student", "minilm-l6"),
+        student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
+        select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
+        train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
+        probe=probe_settings(app), device=device or app.workspace.setting("workspace", "device", "auto"),
+    )
+    with app.writer() as store:
+        student = service.amalgamate(app.workspace, store, request, say=note)
+    _trained(student)
+
+
+def _trained(student) -> None:
+    train = student.train
+    click.echo(
+        f"Trained student {student.name} ({student.method}) over {len(student.labels)} labels in "
+        f"{train['seconds']:.0f} s ({train['examples_per_second']:.1f} ex/s, {train['steps']} steps); "
+        f"kept step {train['best_step'] or train['steps']} by {train['selected_by']}"
+    )
+    click.echo(f"  saved at {student.path}")
+    click.echo(f"  next: kamal eval {student.name} --data NAME   |   kamal export {student.name} --onnx")
+
+
+@click.command()
+@json_option
+@pass_app
+def students(app: App, as_json: bool) -> None:
+    """The trained students, their lineage, teachers and latest evaluations."""
+    with app.reader() as store:
+        found = store.students()
+        evals = {s.id: store.evaluations(s.id) for s in found}
+    if as_json:
+        emit_json([{**s.as_json(), "evaluations": [{"data": e["data"], "accuracy": e["metrics"].get("accuracy"),
+                                                     "macro_f1": e["metrics"].get("macro_f1"), "created_at": e["created_at"]}
+                                                    for e in evals[s.id]]} for s in found])
+        return
+    rows = []
+    for s in found:
+        latest = {}
+        for e in evals[s.id]:
+            latest[e["data"]] = e["metrics"].get("accuracy")
+        rows.append((s.name, s.method, s.parent or "-", [t["name"] for t in s.teachers], len(s.labels),
+                     ", ".join(f"{d} {pct(a)}%" for d, a in latest.items()) or "-", s.select_by))
+    table("Students", ["name", "method", "parent", "teachers", "labels", "accuracy", "selected by"], rows,
+          empty="none yet (kamal amalgamate --method muki-hard)")
+
+
+@click.command("eval")
+@click.argument("student_name", required=False)
+@click.option("--data", "data_name", required=True, metavar="NAME", help="A labelled dataset.")
+@click.option("--baseline", help="Instead of a student: ensemble, or teacher:NAME (no training).")
+@click.option("--device", help="cpu, cuda or auto.")
+@json_option
+@pass_app
+def eval_cmd(app: App, student_name, data_name, baseline, device, as_json) -> None:
+    """Accuracy, macro-F1, per-class F1 and the confusion matrix of a student (or baseline)."""
+    from kamalcli.evaluation import evaluate_baseline, evaluate_student
+
+    if bool(student_name) == bool(baseline):
+        raise KamalError("give a STUDENT or --baseline (ensemble, teacher:NAME), not both")
+    device = device or app.workspace.setting("workspace", "device", "auto")
+    with app.writer() as store:
+        dataset = store.dataset(data_name)
+        if baseline:
+            metrics = evaluate_baseline(app.workspace, store, baseline, dataset, device=device,
+                                        max_length=app.workspace.setting("probe", "max_length", 128))
+            subject = f"baseline {baseline}"
+        else:
+            student = store.student(student_name)
+            metrics = evaluate_student(app.workspace, store, student, dataset, device=device)
+            subject = f"student {student.name}"
+    if as_json:
+        emit_json(metrics)
+        return
+    line = f"{subject} on {data_name}: accuracy {pct(metrics['accuracy'])}%, macro-F1 {pct(metrics['macro_f1'])}% ({metrics['rows']} rows)"
+    click.echo(line)
+    for key, label in (("old_label_accuracy", "old labels"), ("new_label_accuracy", "new labels")):
+        if key in metrics:
+            click.echo(f"  {label}: {pct(metrics[key])}%")
+    if metrics["unknown_label_rows"]:
+        click.echo(f"  {metrics['unknown_label_rows']} rows have gold labels outside the label space (counted wrong)")
+    table(None, ["label", "precision %", "recall %", "F1 %", "support"],
+          [(name, pct(v["precision"]), pct(v["recall"]), pct(v["f1"]), v["support"]) for name, v in metrics["per_class"].items()])
+
+
+@click.command()
+@click.argument("student_name")
+@click.argument("texts", nargs=-1)
+@click.option("--file", "file", type=click.Path(dir_okay=False), help="A file with one text per line.")
+@click.option("--onnx", is_flag=True, help="Use the student's ONNX export (kamal export STUDENT --onnx).")
+@click.option("--device", help="cpu, cuda or auto.")
+@click.option("--top", type=int, default=1, show_default=True, help="Show the N most likely labels.")
+@json_option
+@pass_app
+def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> None:
+    """Classify texts with a student."""
+    from kamalcli.prediction import predict_texts, read_texts
+
+    all_texts = list(texts) + (read_texts(file) if file else [])
+    if not all_texts:
+        raise KamalError("nothing to classify: give TEXT arguments or --file FILE")
+    with app.reader() as store:
+        student = store.student(student_name)
+        export = store.latest_export(student.id) if onnx else None
+    if onnx and export is None:
+        raise KamalError(f"student {student_name} has no ONNX export yet: run `kamal export {student_name} --onnx`")
+    device = device or app.workspace.setting("workspace", "device", "auto")
+    labels, probs = predict_texts(student, all_texts, export=export, device=device)
+    top = max(1, min(top, len(labels)))
+    results = []
+    for text, p in zip(all_texts, probs):
+        order = p.argsort()[::-1][:top]
+        results.append({"text": text, "label": labels[order[0]], "probability": float(p[order[0]]),
+                        "top": [{"label": labels[i], "probability": float(p[i])} for i in order]})
+    if as_json:
+        emit_json(results)
+        return
+    for r in results:
+        alternatives = "  ".join(f"{t['label']} {t['probability']:.3f}" for t in r["top"][1:])
+        click.echo(f"{r['label']}\t{r['probability']:.3f}\t{r['text'][:80]}" + (f"\t({alternatives})" if alternatives else ""))
+
+
+COMMANDS = [methods, amalgamate, students, eval_cmd, predict]

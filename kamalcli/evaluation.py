@@ -1,0 +1,82 @@
+"""kamal eval: a student, or a no-training baseline, on a labelled dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.train.metrics import classification_metrics, subset_accuracy
+
+
+def _gold_indices(gold: list[str], labels: list[str]) -> np.ndarray:
+    index = {n: i for i, n in enumerate(labels)}
+    return np.array([index.get(g, -1) for g in gold])
+
+
+def _labelled(dataset):
+    from kamalcli.data import load_dataset_rows
+
+    if not dataset.has_labels:
+        raise KamalError(f"dataset {dataset.name} has no gold labels: add it with --label-column (role eval)")
+    return load_dataset_rows(dataset)
+
+
+def evaluate_student(workspace, store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
+    from kamalcli.batching import encode
+    from kamalcli.modeling import load_classifier, load_tokenizer
+    from kamalcli.runtime import resolve_device
+    from kamalcli.train.evaluate import predict_logits
+
+    folder = Path(student.path)
+    if not (folder / "config.json").is_file():
+        raise KamalError(f"student {student.name}'s folder is missing: {folder}")
+    texts, gold = _labelled(dataset)
+    device = resolve_device(device)
+    model = load_classifier(folder).to(device)
+    max_length = student.train.get("config", {}).get("max_length", 128)
+    encoded = encode(load_tokenizer(folder), texts, max_length)
+    pred = predict_logits(model, encoded, batch_size=batch_size, device=device).argmax(axis=1)
+    gold_idx = _gold_indices(gold, student.labels)
+    metrics = classification_metrics(pred, gold_idx, student.labels)
+    if student.parent:
+        parent = store.find_student(student.parent)
+        if parent is not None:
+            old = [student.labels.index(n) for n in parent.labels if n in student.labels]
+            new = [i for i in range(len(student.labels)) if i not in old]
+            metrics["old_label_accuracy"] = subset_accuracy(pred, gold_idx, old)
+            metrics["new_label_accuracy"] = subset_accuracy(pred, gold_idx, new)
+    store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
+    return metrics
+
+
+def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto", max_length: int = 128) -> dict:
+    """'ensemble' (argmax of concatenated logits) or 'teacher:NAME' (one teacher, other labels at zero)."""
+    from kamalcli.amalgamate import teacher_outputs
+    from kamalcli.methods.output_level import union_logits
+    from kamalcli.probe.service import Runner
+
+    texts, gold = _labelled(dataset)
+    if baseline == "ensemble":
+        teachers = store.teachers()
+        if not teachers:
+            raise KamalError("no teachers registered")
+    elif baseline.startswith("teacher:"):
+        teachers = [store.teacher(baseline.split(":", 1)[1])]
+    else:
+        raise KamalError(f"unknown baseline {baseline!r}: ensemble or teacher:NAME")
+    all_teachers = store.teachers()
+    space = store.label_space(all_teachers)
+    runner = Runner(workspace, store, device=device)
+    probes = [runner.logits_probe(t, dataset, max_length) for t in teachers]
+    outputs = teacher_outputs(store, teachers, probes)
+    # Score over the whole union so every baseline is measured on the same labels.
+    scores = np.full((len(texts), len(space)), -np.inf)
+    local = union_logits(outputs) if baseline == "ensemble" else np.log(np.maximum(outputs.padded(0), 1e-30))
+    for j, name in enumerate(outputs.space.names):
+        scores[:, space.index(name)] = local[:, j]
+    pred = scores.argmax(axis=1)
+    metrics = classification_metrics(pred, _gold_indices(gold, list(space.names)), list(space.names))
+    store.add_evaluation(baseline=baseline, dataset_id=dataset.id, metrics=metrics)
+    return metrics

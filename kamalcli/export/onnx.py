@@ -1,0 +1,526 @@
+"""Export a student (a Hugging Face classifier folder) to ONNX, checked against PyTorch.
+
+Steps: load with eager attention -> TorchScript ONNX export (dynamic batch and
+sequence axes) -> onnxruntime's transformer optimizer (fused Attention,
+EmbedLayerNormalization, SkipLayerNormalization, ...) -> optional dynamic int8
+quantisation -> parity on real texts -> folder published by one rename.
+
+Eager attention on purpose: its graph is the one onnxruntime's BERT fusions
+recognise; an sdpa export runs but does not fuse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from kamalcli import __version__
+from kamalcli.errors import KamalError
+from kamalcli.export.card import labels_table, markdown_table, render_card
+from kamalcli.fsutil import dir_size, publish_dir, write_json_atomic, write_text_atomic
+
+FP32_TOLERANCE = 1e-4  # max |logit difference| allowed between fp32 ONNX and PyTorch
+INT8_MIN_AGREEMENT = 0.99  # below this argmax agreement an int8 export carries a warning
+PARITY_BATCH = 8
+PARITY_MAX_LENGTH = 128
+QUANTIZE_CHOICES = ("int8",)
+FUSED_OPS = (
+    "Attention", "MultiHeadAttention", "EmbedLayerNormalization", "SkipLayerNormalization",
+    "LayerNormalization", "BiasGelu", "FastGelu", "Gelu", "GemmFastGelu", "BiasSkipLayerNormalization",
+    "QAttention", "QEmbedLayerNormalization",
+)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                   "merges.txt", "vocab.json", "added_tokens.json", "sentencepiece.bpe.model", "spiece.model")
+INPUT_ORDER = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class ExportResult:
+    path: Path  # the published folder
+    opset: int
+    quantize: str | None
+    parity: dict[str, Any]
+    size_bytes: int  # model.onnx
+    providers: list[str]  # onnxruntime providers the parity check ran on
+    fused_ops: list[str]  # fused operator types present in model.onnx
+    fused_op_counts: dict[str, int] = field(default_factory=dict)
+    optimized: bool = True
+    fp32_size_bytes: int = 0
+    folder_bytes: int = 0
+    parameters: int = 0
+    inputs: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what happened that the user may want to know
+    warnings: list[str] = field(default_factory=list)  # what the CLI should print as a warning
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / "model.onnx"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        return data
+
+
+# -- quiet tools ----------------------------------------------------------------
+
+@contextlib.contextmanager
+def _quiet_tools() -> Iterator[None]:
+    """Exporter warnings and the onnxruntime tools' log lines, kept off the terminal.
+
+    onnxruntime.quantization logs through the root logger (logging.warning),
+    which would install a stderr handler on first use; a NullHandler prevents that.
+    """
+    root = logging.getLogger()
+    names = ["onnxruntime", "onnx", "torch.onnx", "fusion", "onnx_model", "onnx_model_bert"]
+    saved = [(root, root.level)] + [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
+    null = logging.NullHandler()
+    root.addHandler(null)
+    for logger, _ in saved:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+        root.removeHandler(null)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+# -- steps --------------------------------------------------------------------
+
+def _input_names(model, tokenizer) -> list[str]:
+    accepted = set(inspect.signature(model.forward).parameters)
+    produced = set(getattr(tokenizer, "model_input_names", INPUT_ORDER))
+    names = [n for n in INPUT_ORDER if n in accepted and (n in produced or n == "input_ids")]
+    if "input_ids" not in accepted:
+        raise KamalError(f"a {type(model).__name__} takes no input_ids: kamal exports text classifiers only")
+    return names
+
+
+def _dummy_inputs(tokenizer, names: list[str]):
+    import torch
+
+    # Two texts of different lengths: the traced graph sees real padding.
+    enc = tokenizer(["an example sentence for the export, long enough", "short"], padding=True,
+                    return_tensors="pt")
+    if int(enc["attention_mask"].min()) != 0:
+        raise KamalError("the tokenizer does not pad: cannot export with a dynamic sequence axis")
+    return tuple(enc[n].to(torch.long) if n in enc else torch.zeros_like(enc["input_ids"]) for n in names)
+
+
+def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int) -> None:
+    import torch
+
+    class LogitsOnly(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            return self.inner(**dict(zip(names, args)), return_dict=True).logits
+
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes["logits"] = {0: "batch"}
+    with torch.inference_mode(False), torch.no_grad():
+        torch.onnx.export(
+            LogitsOnly(model).eval(), _dummy_inputs(tokenizer, names), str(path),
+            input_names=names, output_names=["logits"], dynamic_axes=axes,
+            opset_version=opset, do_constant_folding=True, dynamo=False,
+        )
+
+
+def _heads_and_hidden(config) -> tuple[int, int]:
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None) or 0
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", None) or 0
+    return int(heads), int(hidden)
+
+
+def _optimize(raw: Path, out: Path, config) -> tuple[bool, dict[str, int], str | None]:
+    """onnxruntime's transformer optimizer; (optimized?, fused op counts, why not)."""
+    heads, hidden = _heads_and_hidden(config)
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        optimized = optimize_model(str(raw), model_type="bert", num_heads=heads, hidden_size=hidden,
+                                   use_gpu=False)
+        optimized.save_model_to_file(str(out))
+    except Exception as e:  # the optimizer is best effort: keep the plain export
+        return False, {}, f"onnxruntime's optimizer failed ({_first_line(e)}); kept the plain export"
+    return True, _fused_counts(out), None
+
+
+def _fused_counts(path: Path) -> dict[str, int]:
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(path), load_external_data=False).graph.node:
+        if node.op_type in FUSED_OPS:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _quantize_int8(src: Path, dst: Path) -> None:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # Fused contrib ops defeat ONNX shape inference; their outputs are float.
+    # Per-channel weight scales: measured on MiniLM-L6, ~40% less logit error
+    # than per-tensor at the same speed and +0.5% file size.
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
+def _session(path: Path):
+    from kamalcli.export.runtime import create_session
+
+    return create_session(path, "cpu")
+
+
+# -- parity -------------------------------------------------------------------
+
+@dataclass
+class _Batches:
+    feeds: list[dict[str, np.ndarray]]
+    ids: list[list[list[int]]]  # per batch, per row: the unpadded ids
+    padded: int  # batches that hold padding
+
+
+def _encode(tokenizer, texts: Sequence[str], names: list[str], max_length: int, batch: int) -> _Batches:
+    feeds, ids, padded = [], [], 0
+    for start in range(0, len(texts), batch):
+        enc = tokenizer(list(texts[start:start + batch]), padding=True, truncation=True, max_length=max_length,
+                        return_tensors="np")
+        feed = {n: np.asarray(enc[n], dtype=np.int64) if n in enc else np.zeros_like(enc["input_ids"], dtype=np.int64)
+                for n in names}
+        mask = feed.get("attention_mask", np.ones_like(feed["input_ids"]))
+        padded += int(mask.min() == 0)
+        feeds.append(feed)
+        ids.append([row[m.astype(bool)].tolist() for row, m in zip(feed["input_ids"], mask)])
+    return _Batches(feeds, ids, padded)
+
+
+def _torch_logits(model, batches: _Batches) -> np.ndarray:
+    import torch
+
+    outs = []
+    with torch.inference_mode():
+        for feed in batches.feeds:
+            outs.append(model(**{k: torch.from_numpy(v) for k, v in feed.items()}).logits.float().numpy())
+    return np.concatenate(outs).astype(np.float64)
+
+
+def _ort_logits(session, batches: _Batches) -> np.ndarray:
+    return np.concatenate([session.run(["logits"], feed)[0] for feed in batches.feeds]).astype(np.float64)
+
+
+def _compare(got: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    diff = np.abs(got - ref)
+    return {
+        "max_abs_diff": float(diff.max()) if diff.size else 0.0,
+        "mean_abs_diff": float(diff.mean()) if diff.size else 0.0,
+        "argmax_agreement": float((got.argmax(-1) == ref.argmax(-1)).mean()) if len(ref) else 1.0,
+    }
+
+
+def _tokenizer_agreement(folder: Path, texts: Sequence[str], batches: _Batches, max_length: int) -> float:
+    """Share of texts the exported tokenizer.json (tokenizers alone) encodes exactly like transformers."""
+    from kamalcli.export.runtime import load_tokenizer
+
+    tokenizer, *_ , truncation_side = load_tokenizer(folder)
+    tokenizer.enable_truncation(max_length, direction=truncation_side)
+    mine = [e.ids for e in tokenizer.encode_batch(list(texts))]
+    theirs = [row for batch in batches.ids for row in batch]
+    return float(np.mean([a == b for a, b in zip(mine, theirs)])) if texts else 1.0
+
+
+# -- folder contents ----------------------------------------------------------
+
+def _copy_tokenizer(student: Path, staging: Path, tokenizer) -> None:
+    copied = False
+    for name in TOKENIZER_FILES:
+        if (student / name).is_file():
+            shutil.copy2(student / name, staging / name)
+            copied = True
+    if not (staging / "tokenizer.json").is_file():
+        # An older folder without tokenizer.json: a fast tokenizer writes one.
+        if copied:
+            for name in TOKENIZER_FILES:
+                (staging / name).unlink(missing_ok=True)
+        if getattr(tokenizer, "backend_tokenizer", None) is None:
+            raise KamalError(f"{student} has no tokenizer.json and no fast tokenizer to write one")
+        tokenizer.save_pretrained(str(staging))
+        if not (staging / "tokenizer.json").is_file():
+            raise KamalError(f"{student}: the tokenizer cannot be saved as tokenizer.json")
+
+
+def _max_length(config, tokenizer) -> int:
+    positions = int(getattr(config, "max_position_embeddings", 512) or 512)
+    if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
+        positions -= 2  # positions start after the padding index
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < positions:
+        positions = declared
+    return positions
+
+
+def _usage(names: list[str], pad_id: int, pad_token: str, max_length: int) -> str:
+    attr = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
+    feed = "".join(f'    "{n}": np.array([e.{attr[n]} for e in enc], dtype=np.int64),\n' for n in names)
+    return (
+        "# with kamal installed: kamal predict NAME --onnx, or\n"
+        "# from kamalcli.export.runtime import OnnxClassifier; OnnxClassifier(folder).predict([...])\n"
+        "import json\n\nimport numpy as np\nimport onnxruntime as ort\nfrom tokenizers import Tokenizer\n\n"
+        'tokenizer = Tokenizer.from_file("tokenizer.json")\n'
+        f"tokenizer.enable_truncation({min(128, max_length)})\n"
+        f"tokenizer.enable_padding(pad_id={pad_id}, pad_token={json.dumps(pad_token)})\n"
+        'labels = json.load(open("labels.json"))\n'
+        'session = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])\n\n'
+        'enc = tokenizer.encode_batch(["first text", "a second, longer text"])\n'
+        "feed = {\n" + feed + "}\n"
+        'logits = session.run(["logits"], feed)[0]\n'
+        "print([labels[i] for i in logits.argmax(-1)])"
+    )
+
+
+def _card_fields(result: ExportResult, student: Path, usage: str, extra: dict | None) -> dict[str, Any]:
+    """Card fields: what the export knows, then the student's kamal.json, then the caller's."""
+    parity = result.parity
+    fields: dict[str, Any] = {
+        "name": student.name,
+        "num_labels": len(result.labels),
+        "labels_table": labels_table(result.labels),
+        "kamal_version": __version__,
+        "opset": result.opset,
+        "quantization": "; dynamic int8 quantisation (QInt8 per-channel weights)" if result.quantize == "int8" else "",
+        "parity_rows": parity["rows"],
+        "parity_max_abs": f"{parity['max_abs_diff']:.2e}",
+        "parity_argmax": f"{parity['argmax_agreement']:.4f}",
+        "size_mb": f"{result.size_bytes / 1e6:.1f}",
+        "usage": usage,
+    }
+    fields.update(_kamal_json_fields(student / "kamal.json"))
+    fields.update({k: v for k, v in (extra or {}).items() if v is not None})
+    return fields
+
+
+def _kamal_json_fields(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    fields = {k: meta[k] for k in ("name", "method", "base", "transfer_data", "select_by", "seed")
+              if meta.get(k) not in (None, "")}
+    if isinstance(meta.get("options"), dict):
+        fields["options"] = ", ".join(f"{k}={v}" for k, v in sorted(meta["options"].items())) or "defaults"
+    teachers = meta.get("teachers")
+    if isinstance(teachers, list) and teachers:
+        rows = [(t.get("name", "-"), ", ".join(map(str, t.get("labels") or [])) or "-")
+                for t in teachers if isinstance(t, dict)]
+        fields["num_teachers"] = len(rows)
+        fields["teachers_table"] = markdown_table(["teacher", "labels"], rows)
+    if meta.get("parent"):
+        fields["lineage"] = f"extends {meta['parent']}"
+    return fields
+
+
+# -- the export -------------------------------------------------------------------
+
+def _staging_dir(out_dir: Path) -> Path:
+    return out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+
+
+def export_onnx(student_folder: Path, out_dir: Path, *, quantize: str | None = None, parity_texts: list[str],
+                opset: int = 17, optimize: bool = True, card_fields: dict | None = None,
+                overwrite: bool = False) -> ExportResult:
+    """Export `student_folder` into `out_dir` (complete, or not there at all)."""
+    student_folder, out_dir = Path(student_folder), Path(out_dir)
+    if quantize is not None and quantize not in QUANTIZE_CHOICES:
+        raise KamalError(f"unknown quantisation {quantize!r}: use {', '.join(QUANTIZE_CHOICES)}")
+    if not (student_folder / "config.json").is_file():
+        raise KamalError(f"{student_folder} is not a model folder (no config.json)")
+    if out_dir.exists() and not overwrite:
+        raise KamalError(f"{out_dir} already exists (use --force to replace it)")
+    texts = [str(t) for t in parity_texts if str(t).strip()]
+    if not texts:
+        raise KamalError("export needs some real texts for its parity check")
+    if not 11 <= opset <= 20:
+        raise KamalError(f"opset {opset} is not supported: use 11 to 20")
+
+    staging = _staging_dir(out_dir)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        result = _export_into(staging, student_folder, out_dir, quantize=quantize, texts=texts, opset=opset,
+                              optimize=optimize, card_fields=card_fields)
+        if out_dir.exists() and not overwrite:  # appeared while we worked
+            raise KamalError(f"{out_dir} already exists (use --force to replace it)")
+        publish_dir(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    result.folder_bytes = dir_size(out_dir)
+    return result
+
+
+def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str | None, texts: list[str],
+                 opset: int, optimize: bool, card_fields: dict | None) -> ExportResult:
+    from kamalcli.modeling import count_parameters, labels_of, load_classifier, load_tokenizer
+
+    work = staging / ".work"
+    work.mkdir()
+    model = load_classifier(student, attn="eager").float()
+    tokenizer = load_tokenizer(student)
+    config = model.config
+    labels = labels_of(student)
+    if len(labels) != config.num_labels:
+        raise KamalError(f"{student}: config.json names {len(labels)} labels but the head has {config.num_labels}")
+    names = _input_names(model, tokenizer)
+    notes: list[str] = []
+    result_warnings: list[str] = []
+
+    raw = work / "raw.onnx"
+    with _quiet_tools():
+        try:
+            _torch_export(model, tokenizer, names, raw, opset)
+        except KamalError:
+            raise
+        except Exception as e:
+            raise KamalError(f"ONNX export failed: {_first_line(e)}") from None
+        optimized, counts, why = (False, {}, "optimisation switched off")
+        fp32 = raw
+        if optimize:
+            optimized, counts, why = _optimize(raw, work / "optimized.onnx", config)
+            if optimized:
+                fp32 = work / "optimized.onnx"
+        if why and optimize:
+            notes.append(why)
+
+    # Parity of the fp32 model against PyTorch eager, on real texts with padding.
+    max_length = _max_length(config, tokenizer)
+    parity_length = min(PARITY_MAX_LENGTH, max_length)
+    batches = _encode(tokenizer, texts, names, parity_length, PARITY_BATCH)
+    reference = _torch_logits(model, batches)
+    session = _session(fp32)
+    providers = list(session.get_providers())
+    fp32_logits = _ort_logits(session, batches)
+    fp32_parity = _compare(fp32_logits, reference)
+    if fp32_parity["max_abs_diff"] > FP32_TOLERANCE and optimized:
+        # The fusions are the likelier culprit: fall back to the plain graph if that one passes.
+        plain_logits = _ort_logits(_session(raw), batches)
+        plain_parity = _compare(plain_logits, reference)
+        if plain_parity["max_abs_diff"] <= FP32_TOLERANCE:
+            notes.append(f"the optimised model missed parity (max |logit diff| {fp32_parity['max_abs_diff']:.2e}); "
+                         "kept the plain export")
+            optimized, counts, fp32, fp32_logits, fp32_parity = False, {}, raw, plain_logits, plain_parity
+    if not fp32_parity["max_abs_diff"] <= FP32_TOLERANCE:  # also catches NaN
+        raise KamalError(f"export failed parity: max |logit difference| {fp32_parity['max_abs_diff']:.2e} "
+                         f"> {FP32_TOLERANCE:g} against PyTorch on {len(texts)} texts")
+    del session
+
+    parity: dict[str, Any] = {
+        "rows": len(texts), "batch_size": PARITY_BATCH, "max_length": parity_length,
+        "padded_batches": batches.padded, "batches": len(batches.feeds), "reference": "pytorch eager fp32",
+        "tolerance": FP32_TOLERANCE, **fp32_parity,
+    }
+    fp32_size = fp32.stat().st_size
+    final = staging / "model.onnx"
+    if quantize == "int8":
+        with _quiet_tools():
+            try:
+                _quantize_int8(fp32, final)
+            except Exception as e:
+                raise KamalError(f"int8 quantisation failed: {_first_line(e)}") from None
+        int8_logits = _ort_logits(_session(final), batches)
+        vs_torch = _compare(int8_logits, reference)
+        vs_fp32 = _compare(int8_logits, fp32_logits)
+        parity.update(vs_torch)
+        parity.update({
+            "tolerance": None,
+            "fp32": fp32_parity,
+            "argmax_agreement_vs_fp32_onnx": vs_fp32["argmax_agreement"],
+            "max_abs_diff_vs_fp32_onnx": vs_fp32["max_abs_diff"],
+            "min_argmax_agreement": INT8_MIN_AGREEMENT,
+        })
+        worst = min(vs_torch["argmax_agreement"], vs_fp32["argmax_agreement"])
+        if worst < INT8_MIN_AGREEMENT:
+            result_warnings.append(
+                f"int8 model agrees with the fp32 model on only {worst:.1%} of {len(texts)} texts "
+                f"(max |logit difference| {vs_torch['max_abs_diff']:.3f}); consider the fp32 export")
+        counts = _fused_counts(final)
+    else:
+        os.replace(fp32, final)
+    size = final.stat().st_size
+
+    # Sizes: fp32 ~ 4 bytes a parameter; int8 ~ a quarter of that.
+    parameters = count_parameters(model)
+    ratio = fp32_size / (4 * parameters) if parameters else 1.0
+    if not 0.9 <= ratio <= 1.2:
+        notes.append(f"fp32 model.onnx is {ratio:.2f}x 4 bytes per parameter ({fp32_size} bytes, {parameters} parameters)")
+
+    (staging / "labels.json").write_text(json.dumps(labels, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    shutil.copy2(student / "config.json", staging / "config.json")
+    _copy_tokenizer(student, staging, tokenizer)
+    from kamalcli.export.runtime import load_tokenizer as load_fast_tokenizer
+
+    _, pad_id, pad_token, _, _ = load_fast_tokenizer(staging)
+    parity["tokenizer_agreement"] = _tokenizer_agreement(staging, texts, batches, parity_length)
+    if parity["tokenizer_agreement"] < 1.0:
+        result_warnings.append(
+            f"tokenizer.json alone encodes {1 - parity['tokenizer_agreement']:.1%} of the parity texts differently "
+            "from transformers; predictions outside kamal may differ")
+    shutil.rmtree(work)
+
+    result = ExportResult(
+        path=out_dir, opset=opset, quantize=quantize, parity=parity, size_bytes=size, providers=providers,
+        fused_ops=sorted(counts), fused_op_counts=counts, optimized=optimized, fp32_size_bytes=fp32_size,
+        parameters=parameters, inputs=names, labels=labels, notes=notes, warnings=result_warnings,
+    )
+    usage = _usage(names, pad_id, pad_token, max_length)
+    write_text_atomic(staging / "README.md",
+                      render_card(_card_fields(result, student, usage, card_fields)))
+    import onnxruntime
+    import torch
+    import transformers
+
+    write_json_atomic(staging / "export.json", {
+        "format": "onnx",
+        "opset": opset,
+        "quantize": quantize,
+        "parity": parity,
+        "kamal_version": __version__,
+        "providers": providers,
+        "optimized": optimized,
+        "fused_ops": counts,
+        "inputs": names,
+        "outputs": ["logits"],
+        "max_length": max_length,
+        "num_labels": len(labels),
+        "parameters": parameters,
+        "sizes": {"model_onnx": size, "fp32_onnx": fp32_size},
+        "source": str(student),
+        "versions": {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__},
+        "notes": notes,
+        "warnings": result_warnings,
+    })
+    return result

@@ -1,0 +1,214 @@
+"""Run an exported student with onnxruntime, tokenizers and numpy only (no torch, no transformers).
+
+An export folder (see kamalcli.export.onnx) holds model.onnx, tokenizer.json,
+labels.json, config.json and export.json.
+
+Caches: on the CPU execution provider onnxruntime writes nothing to disk. The
+CUDA execution provider keeps its kernel/algorithm choices in memory; the only
+on-disk caches in reach are the TensorRT execution provider's engine and timing
+caches (`trt_engine_cache_path` / `trt_timing_cache_path` provider options, or
+the ORT_TENSORRT_CACHE_PATH environment variable; only written when engine
+caching is switched on) and the CUDA driver's JIT cache for PTX kernels
+(CUDA_CACHE_PATH, ~/.nv/ComputeCache by default). kamal never registers the
+TensorRT provider; both variables are still pointed at kamal's cache (unless
+the user set them) before a GPU session is made, so nothing lands in $HOME.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.runtime import cache_dir
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+QUIET = 3  # onnxruntime severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+SILENT = 4
+
+
+def ort_cache_dir() -> Path:
+    return cache_dir() / "onnxruntime"
+
+
+def _prepare_gpu_caches() -> None:
+    base = ort_cache_dir()
+    os.environ.setdefault("ORT_TENSORRT_CACHE_PATH", str(base / "tensorrt"))
+    os.environ.setdefault("CUDA_CACHE_PATH", str(base / "cuda"))
+
+
+def _import_ort():
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(QUIET)
+    return ort
+
+
+def session_options(ort, *, threads: int | None = None, severity: int = QUIET, spin: bool = False):
+    options = ort.SessionOptions()
+    options.log_severity_level = severity
+    if threads:
+        options.intra_op_num_threads = threads
+    # onnxruntime's worker threads busy-wait between calls by default. Like
+    # OMP_WAIT_POLICY=PASSIVE for torch (kamalcli.runtime), passive waiting is
+    # the safe choice: measured on 2 cores with another busy process or a second
+    # session, spinning made batch-1 calls 2-3x slower; alone it gained nothing.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    return options
+
+
+def create_session(model_path: Path, device: str = "cpu", *, threads: int | None = None, spin: bool = False):
+    """An InferenceSession on 'cpu', 'cuda' (or fail) or 'auto' (CUDA if it really loads, else CPU)."""
+    device = (device or "cpu").lower()
+    if device not in {"cpu", "cuda", "auto"}:
+        raise KamalError(f"unknown device {device!r}: use cpu, cuda or auto")
+    ort = _import_ort()
+    model_path = str(model_path)
+    if device == "cpu" or (device == "auto" and CUDA not in ort.get_available_providers()):
+        return ort.InferenceSession(model_path, session_options(ort, threads=threads, spin=spin), providers=[CPU])
+    if CUDA not in ort.get_available_providers():
+        raise KamalError("--device cuda was asked for, but this onnxruntime has no CUDA support "
+                         "(pip install onnxruntime-gpu)")
+    _prepare_gpu_caches()
+    # A CUDA provider that fails to load logs an ERROR and falls back to CPU;
+    # that is an expected outcome here (we check get_providers() below), so
+    # silence it for the duration of this attempt only.
+    ort.set_default_logger_severity(SILENT)
+    try:
+        session = ort.InferenceSession(model_path, session_options(ort, threads=threads, severity=SILENT, spin=spin),
+                                       providers=[CUDA, CPU])
+    finally:
+        ort.set_default_logger_severity(QUIET)
+    if CUDA in session.get_providers():
+        return session
+    if device == "cuda":
+        raise KamalError("--device cuda was asked for, but onnxruntime could not load its CUDA provider "
+                         "(no GPU, or the CUDA 12 / cuDNN 9 libraries are missing)")
+    return session  # auto: CPU, silently
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise KamalError(f"cannot read {path}: {e}") from None
+
+
+def _token_text(value) -> str | None:
+    if isinstance(value, dict):  # older tokenizer_config.json: {"content": "[PAD]", ...}
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def load_tokenizer(folder: Path):
+    """tokenizers.Tokenizer from tokenizer.json, with its baked padding/truncation cleared.
+
+    Returns (tokenizer, pad_id, pad_token, padding_side, truncation_side).
+    """
+    from tokenizers import Tokenizer
+
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise KamalError(f"{folder} has no tokenizer.json: not an ONNX export of kamal")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a plain Exception
+        raise KamalError(f"cannot load {path}: {str(e).splitlines()[0][:160]}") from None
+    config = _read_json(folder / "tokenizer_config.json") or {}
+    special = _read_json(folder / "special_tokens_map.json") or {}
+    baked = tokenizer.padding or {}
+    pad_token = _token_text(config.get("pad_token")) or _token_text(special.get("pad_token")) or baked.get("pad_token")
+    candidates = [pad_token] if pad_token else ["[PAD]", "<pad>"]
+    pad_id = next((tokenizer.token_to_id(t) for t in candidates if tokenizer.token_to_id(t) is not None), None)
+    if pad_id is None:
+        pad_id, pad_token = baked.get("pad_id", 0), baked.get("pad_token", pad_token or "[PAD]")
+    else:
+        pad_token = next(t for t in candidates if tokenizer.token_to_id(t) == pad_id)
+    padding_side = config.get("padding_side", "right")
+    truncation_side = config.get("truncation_side", "right")
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer, pad_id, pad_token, padding_side, truncation_side
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class OnnxClassifier:
+    """A text classifier from an export folder: onnxruntime + tokenizers + numpy."""
+
+    def __init__(self, folder: Path, device: str = "cpu", *, threads: int | None = None):
+        self.folder = Path(folder)
+        model = self.folder / "model.onnx"
+        if not model.is_file():
+            raise KamalError(f"{self.folder} has no model.onnx: not an ONNX export of kamal")
+        labels = _read_json(self.folder / "labels.json")
+        if not isinstance(labels, list) or not labels:
+            raise KamalError(f"{self.folder} has no usable labels.json")
+        self.labels: list[str] = [str(x) for x in labels]
+        info = _read_json(self.folder / "export.json") or {}
+        config = _read_json(self.folder / "config.json") or {}
+        self.max_positions: int | None = info.get("max_length") or config.get("max_position_embeddings")
+        (self.tokenizer, self.pad_id, self.pad_token,
+         self.padding_side, self.truncation_side) = load_tokenizer(self.folder)
+        try:
+            self.session = create_session(model, device, threads=threads)
+        except KamalError:
+            raise
+        except Exception as e:  # onnxruntime's own errors: a broken or foreign model file
+            raise KamalError(f"onnxruntime cannot load {model}: {str(e).splitlines()[0][:160]}") from None
+        self.providers: list[str] = list(self.session.get_providers())
+        self.input_names: list[str] = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        self.output_name = "logits" if "logits" in outputs else outputs[0]
+
+    @property
+    def device(self) -> str:
+        return "cuda" if CUDA in self.providers else "cpu"
+
+    def _feed(self, texts: Sequence[str], max_length: int) -> dict[str, np.ndarray]:
+        self.tokenizer.enable_truncation(max_length, direction=self.truncation_side)
+        self.tokenizer.enable_padding(pad_id=self.pad_id, pad_token=self.pad_token, direction=self.padding_side)
+        encodings = self.tokenizer.encode_batch(list(texts))
+        columns = {
+            "input_ids": [e.ids for e in encodings],
+            "attention_mask": [e.attention_mask for e in encodings],
+            "token_type_ids": [e.type_ids for e in encodings],
+        }
+        return {name: np.asarray(columns[name], dtype=np.int64) for name in self.input_names}
+
+    def predict_logits(self, texts: Sequence[str], batch_size: int = 32, max_length: int = 128) -> np.ndarray:
+        texts = [str(t) for t in texts]
+        if batch_size < 1:
+            raise KamalError(f"batch size must be at least 1 (got {batch_size})")
+        if max_length < 2:
+            raise KamalError(f"max length must be at least 2 (got {max_length})")
+        if self.max_positions:
+            max_length = min(max_length, int(self.max_positions))
+        out = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
+        # Similar lengths share a batch: less padding, same results.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            feed = self._feed([texts[i] for i in rows], max_length)
+            out[rows] = self.session.run([self.output_name], feed)[0]
+        return out
+
+    def predict_proba(self, texts: Sequence[str], batch_size: int = 32, max_length: int = 128) -> np.ndarray:
+        return _softmax(self.predict_logits(texts, batch_size=batch_size, max_length=max_length))
+
+    def predict(self, texts: Sequence[str], batch_size: int = 32, max_length: int = 128) -> list[str]:
+        if not len(texts):
+            return []
+        probs = self.predict_proba(texts, batch_size=batch_size, max_length=max_length)
+        return [self.labels[i] for i in probs.argmax(axis=-1)]

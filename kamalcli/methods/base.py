@@ -1,0 +1,137 @@
+"""What a method is: typed options, and a function from cached teacher outputs to an objective.
+
+The training loop knows nothing about methods. A method turns the teachers'
+cached outputs on the transfer rows (TeacherOutputs) into an Objective: per-row
+target arrays, optional per-row weights, and a per-example loss on the
+student's logits. No teacher runs inside the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.labels import LabelSpace
+
+
+@dataclass(frozen=True)
+class TeacherOutputs:
+    """N teachers' cached outputs on the same n rows."""
+
+    space: LabelSpace
+    teachers: tuple[str, ...]
+    logits: tuple[np.ndarray, ...]        # per teacher, (n, k_i)
+    confidence: dict[str, np.ndarray]     # score name -> (n, N): higher = more sure the row is the teacher's
+
+    @property
+    def num_rows(self) -> int:
+        return self.logits[0].shape[0]
+
+    def probs(self, i: int, temperature: float = 1.0) -> np.ndarray:
+        z = self.logits[i].astype(np.float64) / temperature
+        z -= z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def padded(self, i: int, temperature: float = 1.0) -> np.ndarray:
+        return self.space.pad(self.teachers[i], self.probs(i, temperature))
+
+    def score(self, name: str) -> np.ndarray:
+        if name not in self.confidence:
+            available = ", ".join(sorted(self.confidence))
+            raise KamalError(f"confidence score {name!r} is not available here (available: {available})")
+        return self.confidence[name]
+
+
+@dataclass
+class Objective:
+    """Per-row targets and the loss the loop minimises: mean over the batch of weight * loss."""
+
+    arrays: dict[str, np.ndarray]
+    loss: Callable  # (student_logits (B, |Y|), batch_arrays: dict[str, Tensor]) -> (B,) tensor
+    weights: np.ndarray | None = None
+    info: dict = field(default_factory=dict)  # figures worth recording (e.g. target agreement)
+
+
+class Options:
+    """Base for method options: typed dataclass fields, validated in check()."""
+
+    def check(self) -> None:  # override to validate ranges
+        pass
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    summary: str
+    options: type
+    build: Callable[[TeacherOutputs, object], Objective] | None  # None: no training (a baseline)
+    paper: str = ""
+    kind: ClassVar[str] = "output"
+
+    @property
+    def trains(self) -> bool:
+        return self.build is not None
+
+    def defaults(self) -> dict:
+        return dataclasses.asdict(self.options())
+
+    def parse(self, pairs: typing.Iterable[str]) -> object:
+        """['k=v', ...] -> a validated options instance (one clear line on any mistake)."""
+        fields = {f.name: f for f in dataclasses.fields(self.options)}
+        hints = typing.get_type_hints(self.options)
+        values = {}
+        for pair in pairs:
+            key, sep, raw = pair.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep:
+                raise KamalError(f"--option {pair!r}: write it as key=value")
+            if key not in fields:
+                known = ", ".join(fields) or "none"
+                raise KamalError(f"{self.name} has no option {key!r} (options: {known})")
+            values[key] = _coerce(raw.strip(), hints[key], f"{self.name} option {key}")
+        options = self.options(**values)
+        options.check()
+        return options
+
+
+def _coerce(raw: str, hint, what: str):
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    if optional:
+        if raw.lower() in ("none", "null", ""):
+            return None
+        hint = next(a for a in args if a is not type(None))
+    if typing.get_origin(hint) is typing.Literal:
+        choices = typing.get_args(hint)
+        if raw not in choices:
+            raise KamalError(f"{what} must be one of {', '.join(map(str, choices))} (got {raw!r})")
+        return raw
+    if hint is bool:
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise KamalError(f"{what} must be true or false (got {raw!r})")
+    if hint in (int, float):
+        try:
+            return hint(raw)
+        except ValueError:
+            raise KamalError(f"{what} must be {'an integer' if hint is int else 'a number'} (got {raw!r})") from None
+    if hint is str:
+        return raw
+    if isinstance(hint, types.UnionType):  # pragma: no cover - not used by kamal's options
+        raise KamalError(f"{what}: unsupported option type")
+    return raw
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise KamalError(message)

@@ -1,0 +1,149 @@
+"""Output-level amalgamation: targets from cached teacher outputs (METHODS.md).
+
+- muki-hard / muki-soft (Li et al. 2022): confidence c_i = 1 - H(pbar_i)/log|Y_i|
+  from MC dropout picks (hard) or weights (soft) the teachers; re-weighting by
+  the margin c_max - c_second.
+- vanilla-kd (Hinton et al. 2015): softmax over the concatenated logits.
+- uhc (Vongkulbhisal et al. 2019): each teacher matched on its own label block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from kamalcli.methods.base import Objective, Options, TeacherOutputs, require
+
+Score = Literal["mc-dropout", "entropy", "max-prob", "rmd"]
+
+
+def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    x = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def margin(confidence: np.ndarray) -> np.ndarray:
+    """c_max - c_second per row (0 where teachers are equally sure)."""
+    top2 = np.sort(confidence, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
+def _kl_loss(temperature: float):
+    def loss(logits, batch):
+        from kamalcli.methods.losses import kl_to_target
+
+        return kl_to_target(logits, batch["target"], temperature)
+
+    return loss
+
+
+# -- MUKI ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MukiHardOptions(Options):
+    mc: bool = True               # False: plain entropy instead of MC dropout (the paper's ablation)
+    reweight: bool = True         # instance re-weighting by the confidence margin
+    score: Score = "mc-dropout"   # which confidence picks the teacher (kamal: also max-prob, rmd)
+    temperature: float = 1.0      # softens the teachers' distributions and the student's alike
+
+    def check(self) -> None:
+        require(self.temperature > 0, "temperature must be above 0")
+
+    @property
+    def confidence_score(self) -> str:
+        return "entropy" if not self.mc and self.score == "mc-dropout" else self.score
+
+
+@dataclass(frozen=True)
+class MukiSoftOptions(MukiHardOptions):
+    tau: float = 0.2              # smoothness of the teacher weights softmax(c / tau)
+
+    def check(self) -> None:
+        super().check()
+        require(self.tau > 0, "tau must be above 0")
+
+
+def _muki_common(outputs: TeacherOutputs, options: MukiHardOptions):
+    confidence = outputs.score(options.confidence_score)
+    padded = np.stack([outputs.padded(i, options.temperature) for i in range(len(outputs.teachers))])  # (N, n, |Y|)
+    weights = margin(confidence) if options.reweight else None
+    return confidence, padded, weights
+
+
+def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
+    confidence, padded, weights = _muki_common(outputs, options)
+    chosen = confidence.argmax(axis=1)
+    target = padded[chosen, np.arange(outputs.num_rows)]
+    share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
+    info = {"score": options.confidence_score, "chosen_share": dict(zip(outputs.teachers, share.round(4).tolist()))}
+    if weights is not None:
+        info["mean_weight"] = float(weights.mean())
+    return Objective({"target": target.astype(np.float32)}, _kl_loss(options.temperature), weights, info)
+
+
+def build_muki_soft(outputs: TeacherOutputs, options: MukiSoftOptions) -> Objective:
+    confidence, padded, weights = _muki_common(outputs, options)
+    w = _softmax(confidence / options.tau, axis=1)              # (n, N)
+    target = np.einsum("nt,tny->ny", w, padded)
+    info = {"score": options.confidence_score, "mean_teacher_weight": dict(zip(outputs.teachers, w.mean(axis=0).round(4).tolist()))}
+    if weights is not None:
+        info["mean_weight"] = float(weights.mean())
+    return Objective({"target": target.astype(np.float32)}, _kl_loss(options.temperature), weights, info)
+
+
+# -- vanilla KD -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KDOptions(Options):
+    temperature: float = 1.0
+
+    def check(self) -> None:
+        require(self.temperature > 0, "temperature must be above 0")
+
+
+def union_logits(outputs: TeacherOutputs, temperature: float = 1.0) -> np.ndarray:
+    """concat_i z_i / T in the union space. A label two teachers share gets the log of the
+    summed exponentials (so the softmax adds their probability mass, like Pad does)."""
+    n = outputs.num_rows
+    merged = np.full((n, len(outputs.space)), -np.inf)
+    for i, teacher in enumerate(outputs.teachers):
+        cols = np.asarray(outputs.space.blocks[teacher])
+        merged[:, cols] = np.logaddexp(merged[:, cols], outputs.logits[i].astype(np.float64) / temperature)
+    return merged
+
+
+def build_vanilla_kd(outputs: TeacherOutputs, options: KDOptions) -> Objective:
+    target = _softmax(union_logits(outputs, options.temperature), axis=1)
+    return Objective({"target": target.astype(np.float32)}, _kl_loss(options.temperature))
+
+
+# -- UHC --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class UHCOptions(Options):
+    temperature: float = 1.0
+
+    def check(self) -> None:
+        require(self.temperature > 0, "temperature must be above 0")
+
+
+def build_uhc(outputs: TeacherOutputs, options: UHCOptions) -> Objective:
+    T = options.temperature
+    blocks = [np.asarray(outputs.space.blocks[t]) for t in outputs.teachers]
+    arrays = {f"p{i}": outputs.probs(i, T).astype(np.float32) for i in range(len(blocks))}
+
+    def loss(logits, batch):
+        import torch
+
+        from kamalcli.methods.losses import kl_to_target
+
+        total = 0
+        for i, cols in enumerate(blocks):
+            total = total + kl_to_target(logits[:, torch.as_tensor(cols, device=logits.device)], batch[f"p{i}"], T)
+        return total
+
+    return Objective(arrays, loss)
+

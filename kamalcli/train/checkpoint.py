@@ -1,0 +1,84 @@
+"""One checkpoint format: model weights (safetensors) + trainer state (torch, weights_only).
+
+A checkpoint folder is written beside the old one and renamed over it, so a
+crash mid-save leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from kamalcli.errors import KamalError
+
+FOLDER = "checkpoint"
+BEST = "best.safetensors"
+
+
+def save_weights(model: torch.nn.Module, path: Path) -> None:
+    from safetensors.torch import save_model
+
+    tmp = path.with_name(path.name + ".tmp")
+    save_model(model, str(tmp))
+    tmp.replace(path)
+
+
+def load_weights(model: torch.nn.Module, path: Path) -> None:
+    from safetensors.torch import load_model
+
+    load_model(model, str(path), device=str(next(model.parameters()).device))
+
+
+def save(workdir: Path, model, optimizer, scheduler, state, config) -> None:
+    final = workdir / FOLDER
+    staging = workdir / f".{FOLDER}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    save_weights(model, staging / "model.safetensors")
+    trainer = {
+        "step": state.step,
+        "best_metric": state.best_metric,
+        "best_step": state.best_step,
+        "history": state.history,
+        "seconds": state.seconds,
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng_cpu": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "config": config.as_json(),
+    }
+    torch.save(trainer, staging / "trainer.pt")
+    old = workdir / f".{FOLDER}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    staging.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def exists(workdir: Path) -> bool:
+    return (workdir / FOLDER / "trainer.pt").is_file()
+
+
+def load(workdir: Path, model, optimizer, scheduler, config):
+    from kamalcli.train.loop import TrainState
+
+    folder = workdir / FOLDER
+    if not exists(workdir):
+        raise KamalError(f"no checkpoint to resume from in {workdir}")
+    trainer = torch.load(folder / "trainer.pt", weights_only=True, map_location="cpu")
+    saved = {k: v for k, v in trainer["config"].items() if k != "device"}
+    asked = {k: v for k, v in config.as_json().items() if k != "device"}
+    if saved != asked:
+        changed = ", ".join(f"{k} {saved.get(k)} -> {asked.get(k)}" for k in asked if saved.get(k) != asked.get(k))
+        raise KamalError(f"cannot resume with different training settings ({changed})")
+    load_weights(model, folder / "model.safetensors")
+    optimizer.load_state_dict(trainer["optimizer"])
+    scheduler.load_state_dict(trainer["scheduler"])
+    torch.set_rng_state(trainer["rng_cpu"])
+    if trainer["rng_cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(trainer["rng_cuda"])
+    return TrainState(step=trainer["step"], best_metric=trainer["best_metric"], best_step=trainer["best_step"],
+                      history=list(trainer["history"]), seconds=trainer["seconds"])

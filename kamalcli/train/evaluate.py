@@ -1,0 +1,56 @@
+"""Running a trained classifier over texts (eval mode, length-bucketed batches)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kamalcli.batching import Encoded, inference_batches
+
+
+def predict_logits(model: torch.nn.Module, encoded: Encoded, *, batch_size: int = 64, device: str = "cpu",
+                   rows: np.ndarray | None = None) -> np.ndarray:
+    rows = np.arange(len(encoded)) if rows is None else np.asarray(rows)
+    out = np.zeros((len(rows), model.config.num_labels), dtype=np.float32)
+    was_training = model.training
+    model.eval()
+    lengths = encoded.lengths[rows]
+    with torch.inference_mode():
+        for local in inference_batches(lengths, batch_size):
+            out[local] = model(**encoded.batch(rows[local], device)).logits.float().cpu().numpy()
+    model.train(was_training)
+    return out
+
+
+class HeldOutLoss:
+    """Label-free model selection: the objective's loss on held-out transfer rows."""
+
+    higher_is_better = False
+    name = "transfer-loss"
+
+    def __init__(self, objective, encoded: Encoded, rows: np.ndarray, device: str, batch_size: int = 64):
+        self.objective, self.encoded, self.rows, self.device, self.batch_size = objective, encoded, rows, device, batch_size
+        self._tensors = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in objective.arrays.items()}
+        self._weights = torch.as_tensor(objective.weights, dtype=torch.float32) if objective.weights is not None else None
+
+    def measure(self, model) -> float:
+        from kamalcli.train.loop import batch_loss
+
+        logits = torch.from_numpy(predict_logits(model, self.encoded, batch_size=self.batch_size,
+                                                 device=self.device, rows=self.rows))
+        with torch.no_grad():
+            return float(batch_loss(self.objective, logits, self.rows, self._tensors, self._weights, "cpu"))
+
+
+class EvalAccuracy:
+    """Model selection on a labelled set (uses labels: runs record that they did)."""
+
+    higher_is_better = True
+
+    def __init__(self, dataset_name: str, encoded: Encoded, gold: np.ndarray, device: str, batch_size: int = 64):
+        self.name = f"eval:{dataset_name}"
+        self.encoded, self.gold, self.device, self.batch_size = encoded, gold, device, batch_size
+
+    def measure(self, model) -> float:
+        pred = predict_logits(model, self.encoded, batch_size=self.batch_size, device=self.device).argmax(axis=1)
+        return float((pred == self.gold).mean())

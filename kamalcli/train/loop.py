@@ -1,0 +1,253 @@
+"""The one training loop. Every method, the supervised baseline and train-teacher use it.
+
+AdamW with linear warm-up and decay, gradient clipping, a data order that is a
+pure function of (seed, epoch), checkpoints every N steps and at the end, model
+selection on a Selector, and Ctrl-C that finishes the current step, saves a
+checkpoint and stops: `resume=True` then continues bit-for-bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+
+from kamalcli.batching import Encoded, training_order
+from kamalcli.errors import KamalError
+from kamalcli.methods.base import Objective
+from kamalcli.train import checkpoint
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 1e-4
+    max_length: int = 128
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 200
+    device: str = "cpu"
+
+    def validate(self) -> None:
+        checks = [
+            (self.epochs >= 1, f"--epochs must be at least 1 (got {self.epochs})"),
+            (self.batch_size >= 1, f"--batch-size must be at least 1 (got {self.batch_size})"),
+            (0 < self.lr < 1, f"--lr must be in (0, 1) (got {self.lr})"),
+            (self.max_length >= 2, f"--max-length must be at least 2 (got {self.max_length})"),
+            (0 <= self.warmup < 1, f"warmup must be in [0, 1) (got {self.warmup})"),
+            (self.grad_clip >= 0, f"grad_clip must be 0 (off) or more (got {self.grad_clip})"),
+            (self.checkpoint_every >= 1, f"checkpoint_every must be at least 1 (got {self.checkpoint_every})"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise KamalError(message)
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+class Selector(Protocol):
+    """Model selection: a figure measured on held-out data (higher or lower is better)."""
+
+    name: str
+    higher_is_better: bool
+
+    def measure(self, model: torch.nn.Module) -> float: ...
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    best_metric: float | None = None
+    best_step: int | None = None
+    history: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    epochs: int
+    seconds: float
+    examples_per_second: float
+    best_step: int | None
+    best_metric: float | None
+    selected_by: str | None
+    history: list[dict]
+
+
+class StopRequested(KeyboardInterrupt):
+    """Ctrl-C arrived; the loop saved a checkpoint at a step boundary."""
+
+
+@contextlib.contextmanager
+def _deferred_interrupt():
+    """First Ctrl-C sets a flag the loop checks between steps; a second one stops at once."""
+    flag = {"stop": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: flag["stop"]
+        return
+
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        flag["stop"] = True
+        signal.signal(signal.SIGINT, previous if callable(previous) else signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield lambda: flag["stop"]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _parameter_groups(model: torch.nn.Module, weight_decay: float, extra: list[torch.nn.Parameter]):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    decay.extend(p for p in extra if p.ndim >= 2)
+    no_decay.extend(p for p in extra if p.ndim < 2)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def linear_schedule(total: int, warmup_steps: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        return max(0.0, (total - step) / max(1, total - warmup_steps))
+
+    return factor
+
+
+def batch_loss(objective: Objective, logits: torch.Tensor, index: np.ndarray,
+               tensors: dict[str, torch.Tensor], weights: torch.Tensor | None, device) -> torch.Tensor:
+    idx = torch.as_tensor(index)
+    batch = {k: v[idx].to(device) for k, v in tensors.items()}
+    per_example = objective.loss(logits, batch)
+    if weights is not None:
+        per_example = per_example * weights[idx].to(device)
+    return per_example.mean()
+
+
+def train(
+    model: torch.nn.Module,
+    encoded: Encoded,
+    objective: Objective,
+    config: TrainConfig,
+    workdir: Path,
+    *,
+    rows: np.ndarray | None = None,
+    selector: Selector | None = None,
+    resume: bool = False,
+    on_step: Callable[[int], None] | None = None,
+    description: str = "train",
+) -> TrainResult:
+    """Train in place; at the end the model holds the selected (best) weights."""
+    from kamalcli.progress import progress_bar
+
+    config.validate()
+    rows = np.arange(len(encoded)) if rows is None else np.asarray(rows)
+    if len(rows) == 0:
+        raise KamalError("no rows to train on")
+    device = torch.device(config.device)
+    model.to(device)
+    extra = list(getattr(objective, "parameters", []) or [])
+    optimizer = torch.optim.AdamW(_parameter_groups(model, config.weight_decay, extra), lr=config.lr)
+    steps_per_epoch = math.ceil(len(rows) / config.batch_size)
+    total = steps_per_epoch * config.epochs
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(total, int(config.warmup * total)))
+    tensors = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in objective.arrays.items()}
+    weights = torch.as_tensor(objective.weights, dtype=torch.float32) if objective.weights is not None else None
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    state = TrainState()
+    if resume:
+        state = checkpoint.load(workdir, model, optimizer, scheduler, config)
+        if state.step >= total:
+            raise KamalError("that run had already finished training; nothing to resume")
+    else:
+        torch.manual_seed(config.seed)  # dropout masks
+
+    def save() -> None:
+        checkpoint.save(workdir, model, optimizer, scheduler, state, config)
+
+    def select() -> None:
+        if selector is None:
+            return
+        metric = selector.measure(model)
+        model.train()
+        state.history.append({"step": state.step, selector.name: metric})
+        better = state.best_metric is None or (
+            metric > state.best_metric if selector.higher_is_better else metric < state.best_metric
+        )
+        if better:
+            state.best_metric, state.best_step = metric, state.step
+            checkpoint.save_weights(model, workdir / checkpoint.BEST)
+
+    model.train()
+    smoothed = None
+    started = time.perf_counter() - state.seconds
+    examples_before = state.step * config.batch_size
+    with _deferred_interrupt() as stop_requested, progress_bar(
+        total * config.batch_size, description, completed=min(examples_before, len(rows) * config.epochs)
+    ) as bar:
+        while state.step < total:
+            epoch, offset = divmod(state.step, steps_per_epoch)
+            order = rows[training_order(len(rows), config.seed, epoch)]
+            index = order[offset * config.batch_size : (offset + 1) * config.batch_size]
+            batch = encoded.batch(index, device)
+            logits = model(**batch).logits
+            loss = batch_loss(objective, logits, index, tensors, weights, device)
+            if not torch.isfinite(loss):
+                raise KamalError(f"the loss became {loss.item()} at step {state.step + 1}; lower --lr")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], config.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            state.step += 1
+            state.seconds = time.perf_counter() - started
+            value = loss.item()
+            smoothed = value if smoothed is None else 0.9 * smoothed + 0.1 * value
+            bar.advance(len(index), loss=smoothed)
+            boundary = state.step % steps_per_epoch == 0 or state.step == total
+            if state.step % config.checkpoint_every == 0 or boundary:
+                select()
+                save()
+            if on_step is not None:
+                try:
+                    on_step(state.step)
+                except KeyboardInterrupt:
+                    save()
+                    raise StopRequested() from None
+            if stop_requested() and state.step < total:
+                save()
+                raise StopRequested()
+
+    if selector is not None and state.best_step is not None:
+        checkpoint.load_weights(model, workdir / checkpoint.BEST)
+    seconds = state.seconds
+    return TrainResult(
+        steps=state.step,
+        epochs=config.epochs,
+        seconds=seconds,
+        examples_per_second=config.epochs * len(rows) / max(seconds, 1e-9),
+        best_step=state.best_step,
+        best_metric=state.best_metric,
+        selected_by=selector.name if selector else None,
+        history=state.history,
+    )

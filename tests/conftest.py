@@ -1,0 +1,113 @@
+"""Shared fixtures: a CLI runner over temporary workspaces, tiny models and synthetic data."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tiny  # noqa: E402
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+FOUR = ["world", "sports", "business", "scitech"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Keep kamal's cache (converted models, hub cache) out of the user's home during tests."""
+    if "KAMAL_CACHE_DIR" not in os.environ:
+        os.environ["KAMAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("kamal-cache"))
+    yield
+
+
+class Kamal:
+    """Runs `kamal ...` in-process (click's CliRunner) against one workspace."""
+
+    def __init__(self, workspace: Path | None):
+        self.workspace = workspace
+
+    def __call__(self, *args, code: int = 0, input: str | None = None):
+        from click.testing import CliRunner
+
+        from kamalcli.cli import cli
+
+        argv = (["--workspace", str(self.workspace)] if self.workspace else []) + [str(a) for a in args]
+        result = CliRunner().invoke(cli, argv, input=input, catch_exceptions=False)
+        assert result.exit_code == code, f"kamal {' '.join(argv)} exited {result.exit_code}:\n{result.output}"
+        return result
+
+    def json(self, *args):
+        return json.loads(self(*args, "--json").stdout)
+
+    def db_snapshot(self) -> dict:
+        """Every table's rows: to prove a failed command changed nothing."""
+        conn = sqlite3.connect(self.workspace / ".kamal" / "kamal.db")
+        try:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+            return {t: sorted(conn.execute(f"SELECT * FROM [{t}]").fetchall(), key=repr) for t in tables
+                    if t not in ("runs",)}
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def ws(tmp_path) -> Path:
+    path = tmp_path / "ws"
+    Kamal(None)("init", path)
+    return path
+
+
+@pytest.fixture
+def kamal(ws) -> Kamal:
+    return Kamal(ws)
+
+
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random models and synthetic topic data, built once per test session."""
+    root = tmp_path_factory.mktemp("assets")
+    out = {
+        "teacher_a": tiny.make_classifier(root / "teacher_a", ["world", "sports"], seed=1),
+        "teacher_b": tiny.make_classifier(root / "teacher_b", ["business", "scitech"], seed=2),
+        "teacher_c": tiny.make_classifier(root / "teacher_c", ["health", "arts"], seed=3),
+        "generic": tiny.make_classifier(root / "generic", None, seed=4, generic_count=3),
+        "no_dropout": tiny.make_classifier(root / "no_dropout", ["health", "arts"], seed=5, dropout=0.0),
+        "encoder": tiny.make_encoder(root / "encoder", seed=6),
+        "train": tiny.write_jsonl(root / "train.jsonl", tiny.topic_rows(FOUR + ["health", "arts"], 60, seed=11)),
+        "pool": tiny.write_jsonl(root / "pool.jsonl", [{"text": r["text"]} for r in tiny.topic_rows(FOUR, 60, seed=12)]),
+        "test": tiny.write_jsonl(root / "test.jsonl", tiny.topic_rows(FOUR, 20, seed=13)),
+    }
+    return out
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, assets) -> dict[str, Path]:
+    """Two tiny teachers really trained (kamal train-teacher) on disjoint halves of four topics."""
+    ws = tmp_path_factory.mktemp("teacher-factory") / "ws"
+    k = Kamal(None)
+    k("init", ws)
+    k = Kamal(ws)
+    k("add-data", assets["train"], "--name", "train", "--role", "eval")
+    settings = ["--base", assets["encoder"], "--epochs", 8, "--lr", "1e-3", "--batch-size", 16, "--max-length", 32]
+    k("train-teacher", "train", "--labels", "world,sports", "--name", "news", *settings)
+    k("train-teacher", "train", "--labels", "business,scitech", "--name", "money", *settings)
+    teachers = {t["name"]: Path(t["path"]) for t in k.json("teachers")}
+    return {"news": teachers["news"], "money": teachers["money"], "workspace": ws}
+
+
+@pytest.fixture
+def two_teachers(kamal, assets, trained) -> Kamal:
+    """A workspace with the two trained teachers, transfer data and a labelled test set."""
+    kamal("add-teacher", trained["news"], "--name", "news")
+    kamal("add-teacher", trained["money"], "--name", "money")
+    kamal("add-data", assets["pool"], "--name", "pool")
+    kamal("add-data", assets["test"], "--name", "test", "--role", "eval")
+    return kamal
