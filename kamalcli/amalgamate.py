@@ -31,6 +31,7 @@ class AmalgamateRequest:
     teachers: list[str] = field(default_factory=list)
     data: str | None = None
     select_by: str = "transfer-loss"
+    rmd_fit: str | None = None         # labelled data for the teachers' RMD fits (score=rmd)
     parent: str | None = None          # extend: the student that grows
     train: dict = field(default_factory=dict)
     probe: dict = field(default_factory=dict)
@@ -55,8 +56,20 @@ def teacher_outputs(store, teachers, probes) -> "TeacherOutputs":  # noqa: F821
         "max-prob": column("max_prob"),
     }
     if all(None not in r["rmd"] for r in rows):
-        confidence["rmd"] = -column("rmd")
+        confidence["rmd"] = percentile(-column("rmd"))
     return TeacherOutputs(space, tuple(t.name for t in teachers), logits, confidence)
+
+
+def percentile(scores: np.ndarray) -> np.ndarray:
+    """Unbounded scores (RMD distances) -> their rank among all (row, teacher) entries, in (0, 1].
+
+    One monotone map for every teacher, so which teacher is most confident does
+    not change; but margins and softmax(c / tau) become as well scaled as for
+    MC-dropout confidences, and a few far-out rows cannot dominate re-weighting.
+    """
+    from kamalcli.probe.selection import rankdata
+
+    return (rankdata(scores.ravel()) / scores.size).reshape(scores.shape)
 
 
 def _transfer_dataset(store, name: str | None):
@@ -117,7 +130,24 @@ def plan(store, request: AmalgamateRequest):
     name = check_name(request.name, "student") if request.name else _default_name(store, method.name)
     if store.find_student(name) is not None:
         raise KamalError(f"a student named {name!r} exists already; choose another --name")
+    if request.rmd_fit:
+        store.dataset(request.rmd_fit)
+    if not request.parent:
+        check_base(request.student, request.student_layers)
     return method, options, teachers, dataset, name
+
+
+def check_base(source: str, layers: int | None) -> None:
+    """Before any work: the student base exists and has enough layers (config.json only)."""
+    from kamalcli.assets import resolve_model_source
+    from kamalcli.teachers import read_config
+
+    config = read_config(resolve_model_source(source))
+    if config.get("auto_map"):
+        raise KamalError(f"{source} needs custom code from its author; kamal never runs remote code")
+    total = config.get("num_hidden_layers")
+    if layers is not None and (total is None or not 1 <= layers <= total):
+        raise KamalError(f"--student-layers {layers}: the base has {total} layers")
 
 
 def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resume_run=None, on_step=None):
@@ -173,8 +203,14 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
             say(f"Probed {teacher.name} on {dataset.name} first (it was not cached).")
         probes.append(probe)
     if options_need_rmd(options):
+        fit_dataset = store.dataset(request.rmd_fit) if request.rmd_fit else None
         for teacher, probe in zip(teachers, probes):
-            runner.fit_rmd(teacher, probe_request.settings_for(teacher), [probe])
+            # Without --rmd-fit, keep whatever fit `kamal probe` attached (perhaps a labelled one).
+            if fit_dataset is not None or store.rmd_fit_of(probe.id) is None:
+                note = runner.fit_rmd(teacher, probe_request.settings_for(teacher), [probe], fit_dataset)
+                if note and note["source"] == "pseudo":
+                    say(f"RMD for {teacher.name} is fitted on rows it is itself confident on (circular); "
+                        "--rmd-fit NAME gives it labelled data.")
     outputs = teacher_outputs(store, teachers, probes)
     objective = method.build(outputs, options)
 

@@ -80,7 +80,7 @@ def enable_mc_dropout(model: nn.Module, rate: float | None = None) -> int:
                 module.p = rate
             if module.p > 0:
                 active += 1
-        module.train()
+        module.training = True  # this module only: .train() would recurse into its Linear children
     return active
 
 

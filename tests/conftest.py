@@ -96,7 +96,7 @@ def trained(tmp_path_factory, assets) -> dict[str, Path]:
     k("init", ws)
     k = Kamal(ws)
     k("add-data", assets["train"], "--name", "train", "--role", "eval")
-    settings = ["--base", assets["encoder"], "--epochs", 8, "--lr", "1e-3", "--batch-size", 16, "--max-length", 32]
+    settings = ["--base", assets["encoder"], "--epochs", 10, "--lr", "3e-3", "--batch-size", 16, "--max-length", 32]
     k("train-teacher", "train", "--labels", "world,sports", "--name", "news", *settings)
     k("train-teacher", "train", "--labels", "business,scitech", "--name", "money", *settings)
     teachers = {t["name"]: Path(t["path"]) for t in k.json("teachers")}

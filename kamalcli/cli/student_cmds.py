@@ -57,10 +57,10 @@ def train_settings(app: App, epochs, batch_size, lr, max_length, seed, checkpoin
     }
 
 
-def probe_settings(app: App) -> dict:
+def probe_settings(app: App, mc_samples: int | None = None) -> dict:
     ws = app.workspace
     return {
-        "mc_samples": ws.setting("probe", "mc_samples", 16),
+        "mc_samples": mc_samples if mc_samples is not None else ws.setting("probe", "mc_samples", 16),
         "dropout": ws.setting("probe", "dropout", None),
         "max_length": ws.setting("probe", "max_length", 128),
         "layers": "default",
@@ -77,16 +77,19 @@ def probe_settings(app: App) -> dict:
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="Only these teachers (default: all).")
 @click.option("--data", metavar="NAME", help="Transfer dataset (default: the only one).")
 @click.option("--select-by", metavar="HOW", help="transfer-loss (label-free, default) or eval:NAME (uses labels).")
+@click.option("--mc-samples", type=int, help="Which probe the confidences come from: its MC-dropout passes K (default 16).")
+@click.option("--rmd-fit", metavar="NAME", help="Labelled data to fit the teachers' RMD on (with --option score=rmd).")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
 @train_options
 @pass_app
-def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by, resume,
-               epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
+def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by,
+               mc_samples, rmd_fit, resume, epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli import amalgamate as service
 
     if resume:
-        given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base)) if v]
+        given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base),
+                                ("--option", options), ("--mc-samples", mc_samples)) if v]
         if given:
             raise KamalError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
         with app.writer() as store:
@@ -99,9 +102,9 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         method=method, options=list(options),
         student=student_base or app.workspace.setting("train", "student", "minilm-l6"),
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
-        select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
+        select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
-        probe=probe_settings(app), device=device or app.workspace.setting("workspace", "device", "auto"),
+        probe=probe_settings(app, mc_samples), device=device or app.workspace.setting("workspace", "device", "auto"),
     )
     with app.writer() as store:
         student = service.amalgamate(app.workspace, store, request, say=note)

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from kamalcli import __version__
-from kamalcli.errors import KamalError
+from kamalcli.errors import KamalError, KamalFailure
 from kamalcli.export.card import labels_table, markdown_table, render_card
 from kamalcli.fsutil import dir_size, publish_dir, write_json_atomic, write_text_atomic
 
@@ -231,6 +231,15 @@ def _ort_logits(session, batches: _Batches) -> np.ndarray:
     return np.concatenate([session.run(["logits"], feed)[0] for feed in batches.feeds]).astype(np.float64)
 
 
+def _run(path: Path, batches: _Batches) -> tuple[list[str], np.ndarray]:
+    """(providers, logits) of an ONNX file on the parity batches, on the CPU."""
+    try:
+        session = _session(path)
+        return list(session.get_providers()), _ort_logits(session, batches)
+    except Exception as e:  # onnxruntime's own error types
+        raise KamalFailure(f"onnxruntime cannot run {path.name}: {_first_line(e)}") from None
+
+
 def _compare(got: np.ndarray, ref: np.ndarray) -> dict[str, float]:
     diff = np.abs(got - ref)
     return {
@@ -405,7 +414,7 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
         except KamalError:
             raise
         except Exception as e:
-            raise KamalError(f"ONNX export failed: {_first_line(e)}") from None
+            raise KamalFailure(f"ONNX export failed: {_first_line(e)}") from None
         optimized, counts, why = (False, {}, "optimisation switched off")
         fp32 = raw
         if optimize:
@@ -420,22 +429,26 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
     parity_length = min(PARITY_MAX_LENGTH, max_length)
     batches = _encode(tokenizer, texts, names, parity_length, PARITY_BATCH)
     reference = _torch_logits(model, batches)
-    session = _session(fp32)
-    providers = list(session.get_providers())
-    fp32_logits = _ort_logits(session, batches)
+    try:
+        providers, fp32_logits = _run(fp32, batches)
+    except KamalFailure as e:
+        if not optimized:
+            raise
+        notes.append(f"onnxruntime cannot run the optimised model ({e}); kept the plain export")
+        optimized, counts, fp32 = False, {}, raw
+        providers, fp32_logits = _run(fp32, batches)
     fp32_parity = _compare(fp32_logits, reference)
     if fp32_parity["max_abs_diff"] > FP32_TOLERANCE and optimized:
         # The fusions are the likelier culprit: fall back to the plain graph if that one passes.
-        plain_logits = _ort_logits(_session(raw), batches)
+        _, plain_logits = _run(raw, batches)
         plain_parity = _compare(plain_logits, reference)
         if plain_parity["max_abs_diff"] <= FP32_TOLERANCE:
             notes.append(f"the optimised model missed parity (max |logit diff| {fp32_parity['max_abs_diff']:.2e}); "
                          "kept the plain export")
             optimized, counts, fp32, fp32_logits, fp32_parity = False, {}, raw, plain_logits, plain_parity
     if not fp32_parity["max_abs_diff"] <= FP32_TOLERANCE:  # also catches NaN
-        raise KamalError(f"export failed parity: max |logit difference| {fp32_parity['max_abs_diff']:.2e} "
-                         f"> {FP32_TOLERANCE:g} against PyTorch on {len(texts)} texts")
-    del session
+        raise KamalFailure(f"export failed parity: max |logit difference| {fp32_parity['max_abs_diff']:.2e} "
+                           f"> {FP32_TOLERANCE:g} against PyTorch on {len(texts)} texts")
 
     parity: dict[str, Any] = {
         "rows": len(texts), "batch_size": PARITY_BATCH, "max_length": parity_length,
@@ -449,8 +462,8 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
             try:
                 _quantize_int8(fp32, final)
             except Exception as e:
-                raise KamalError(f"int8 quantisation failed: {_first_line(e)}") from None
-        int8_logits = _ort_logits(_session(final), batches)
+                raise KamalFailure(f"int8 quantisation failed: {_first_line(e)}") from None
+        _, int8_logits = _run(final, batches)
         vs_torch = _compare(int8_logits, reference)
         vs_fp32 = _compare(int8_logits, fp32_logits)
         parity.update(vs_torch)

@@ -1,0 +1,92 @@
+"""kamal export: a student's ONNX folder, verified, with its card, recorded in the workspace."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kamalcli.errors import KamalError
+
+PARITY_ROWS = 256
+
+
+def parity_texts(store, student) -> list[str]:
+    """Real texts for the parity check: labelled eval rows first, then the transfer rows."""
+    from kamalcli.data import load_dataset_rows
+
+    datasets = store.datasets(role="eval")
+    if student.transfer_dataset_id is not None:
+        datasets.append(store.dataset_by_id(student.transfer_dataset_id))
+    texts: list[str] = []
+    for dataset in datasets:
+        texts.extend(load_dataset_rows(dataset)[0][: PARITY_ROWS - len(texts)])
+        if len(texts) >= PARITY_ROWS:
+            break
+    if not texts:
+        raise KamalError("export needs real texts for its parity check: add data with `kamal add-data`")
+    return texts
+
+
+def card_fields(store, student) -> dict:
+    from kamalcli.export.card import markdown_table
+
+    teachers = markdown_table(
+        ["teacher", "labels", "weights sha256"],
+        [(t["name"], ", ".join(_teacher_labels(store, t)) or "-", t["fingerprint"][:16]) for t in student.teachers],
+    )
+    latest = {}
+    for e in store.evaluations(student.id):
+        latest[e["data"]] = e["metrics"]
+    metrics = markdown_table(
+        ["data", "rows", "accuracy", "macro-F1"],
+        [(d, m["rows"], f"{100 * m['accuracy']:.1f}%", f"{100 * m['macro_f1']:.1f}%") for d, m in latest.items()],
+    ) if latest else "Not evaluated yet (`kamal eval`)."
+    transfer = store.dataset_by_id(student.transfer_dataset_id) if student.transfer_dataset_id else None
+    labelled = student.select_by.startswith("eval:")
+    return {
+        "name": student.name,
+        "teachers_table": teachers,
+        "num_teachers": len(student.teachers),
+        "metrics_table": metrics,
+        "transfer_data": f"{transfer.name} ({transfer.num_rows} rows, sha256 {transfer.content_hash[:16]})" if transfer else "-",
+        "lineage": f"extends {student.parent}" if student.parent else "first version",
+        "select_by": student.select_by + (" (labelled data)" if labelled else " (label-free)"),
+        "select_by_note": f" (but the best checkpoint was chosen on the labels of {student.select_by[5:]})" if labelled else "",
+    }
+
+
+def _teacher_labels(store, teacher_row: dict) -> list[str]:
+    found = store.find_teacher(name=teacher_row["name"])
+    return list(found.labels) if found and found.fingerprint == teacher_row["fingerprint"] else []
+
+
+def export_student(workspace, store, student, *, quantize: str | None, out: str | None, force: bool,
+                   opset: int = 17):
+    """Returns (export record, ExportResult)."""
+    from kamalcli.export.onnx import export_onnx
+    from kamalcli.runs import recorded_run
+
+    folder = Path(student.path)
+    if not (folder / "config.json").is_file():
+        raise KamalError(f"student {student.name}'s folder is missing: {folder}")
+    target = Path(out).expanduser().resolve() if out else \
+        workspace.artifact_dir("exports") / (student.name + (f"-{quantize}" if quantize else ""))
+    if target.exists() and not force:
+        raise KamalError(f"{target} already exists (use --force to replace it)")
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise KamalError(f"cannot create {parent}: {e.strerror}") from None
+    if not os.access(parent, os.W_OK):
+        raise KamalError(f"cannot write to {parent}")
+    texts = parity_texts(store, student)
+    params = {"student": student.name, "quantize": quantize, "out": str(target), "opset": opset}
+    with recorded_run(store, "export", student.name, params) as run:
+        result = export_onnx(folder, target, quantize=quantize, parity_texts=texts, opset=opset,
+                             card_fields=card_fields(store, student), overwrite=force)
+        record = store.add_export(student_id=student.id, path=str(target), quantize=quantize, opset=opset,
+                                  parity=result.parity, size_bytes=result.size_bytes)
+        run.result = {"path": str(target), "size_bytes": result.size_bytes, "parity": result.parity,
+                      "fused_ops": result.fused_op_counts, "warnings": result.warnings, "notes": result.notes}
+    return record, result

@@ -1,0 +1,172 @@
+"""kamal amalgamate / students / runs / eval / predict on tiny trained teachers."""
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+TRAIN = ["--student", None, "--epochs", "4", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
+
+
+def train_args(assets):
+    args = list(TRAIN)
+    args[1] = str(assets["encoder"])
+    return args
+
+
+def test_every_output_level_method_trains_a_student(two_teachers, assets):
+    for method in ("muki-hard", "muki-soft", "vanilla-kd", "uhc"):
+        result = two_teachers("amalgamate", "--method", method, "--name", method, *train_args(assets))
+        assert f"Trained student {method} ({method}) over 4 labels" in result.stdout
+    students = {s["name"]: s for s in two_teachers.json("students")}
+    assert set(students) == {"muki-hard", "muki-soft", "vanilla-kd", "uhc"}
+    hard = students["muki-hard"]
+    assert hard["labels"] == ["world", "sports", "business", "scitech"]
+    assert [t["name"] for t in hard["teachers"]] == ["news", "money"]
+    assert all(len(t["fingerprint"]) == 64 and t["probe_id"] for t in hard["teachers"])
+    assert hard["options"] == {"mc": True, "reweight": True, "score": "mc-dropout", "temperature": 1.0}
+    assert hard["select_by"] == "transfer-loss" and hard["train"]["selected_by"] == "transfer-loss"
+    assert hard["train"]["held_out_rows"] == 12 and hard["train"]["train_rows"] == 228
+    folder = Path(hard["path"])
+    config = json.loads((folder / "config.json").read_text())
+    assert [config["id2label"][str(i)] for i in range(4)] == hard["labels"]
+    assert (folder / "tokenizer.json").is_file() and (folder / "model.safetensors").is_file()
+    assert json.loads((folder / "kamal.json").read_text())["teachers"][0]["name"] == "news"
+    runs = [r for r in two_teachers.json("runs") if r["kind"] == "amalgamate"]
+    assert [r["status"] for r in runs] == ["done"] * 4
+
+
+def test_probes_run_first_when_missing_and_are_reused(two_teachers, assets):
+    result = two_teachers("amalgamate", "--method", "uhc", "--name", "u1", *train_args(assets))
+    assert "Probed news on pool first" in result.stderr
+    result = two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "v1", *train_args(assets))
+    assert "first" not in result.stderr
+
+
+def test_a_good_teacher_selection_gives_a_good_student(two_teachers, assets):
+    two_teachers("add-data", assets["train"], "--name", "train", "--role", "eval")
+    two_teachers("probe", "--data", "pool", "--data", "test", "--rmd-fit", "train", "--mc-samples", "4")
+    selection = {s["score"]: s for s in two_teachers.json("report")["selection"] if s["data"] == "test"}
+    assert selection["rmd"]["accuracy"] > 0.9
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--option", "score=rmd", "--mc-samples", "4",
+                          "--name", "good", *train_args(assets), "--epochs", "6")
+    assert "first" not in result.stderr  # the probe (and its labelled RMD fit) was reused
+    accuracy = two_teachers.json("eval", "good", "--data", "test")["accuracy"]
+    assert accuracy > 0.8, accuracy
+
+
+def test_ablations_and_eval_selection_are_recorded(two_teachers, assets):
+    two_teachers("amalgamate", "--method", "muki-hard", "--option", "mc=false", "--option", "reweight=false",
+                 "--name", "ablation", *train_args(assets))
+    result = two_teachers("amalgamate", "--method", "muki-soft", "--select-by", "eval:test", "--name", "labelled",
+                          *train_args(assets))
+    assert "Model selection uses the labels of test" in result.stderr
+    students = {s["name"]: s for s in two_teachers.json("students")}
+    assert students["ablation"]["options"]["mc"] is False and students["ablation"]["options"]["reweight"] is False
+    assert students["labelled"]["select_by"] == "eval:test"
+    assert students["labelled"]["train"]["selected_by"] == "eval:test"
+
+
+def test_eval_predict_and_baselines(two_teachers, assets, tmp_path):
+    two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "kd", *train_args(assets))
+    metrics = two_teachers.json("eval", "kd", "--data", "test")
+    assert set(metrics) >= {"accuracy", "macro_f1", "per_class", "confusion", "labels", "rows"}
+    assert metrics["rows"] == 80 and sum(map(sum, metrics["confusion"])) == 80
+    ensemble = two_teachers.json("eval", "--baseline", "ensemble", "--data", "test")
+    alone = two_teachers.json("eval", "--baseline", "teacher:news", "--data", "test")
+    assert alone["accuracy"] <= 0.5  # it can only ever be right on its own half
+    assert 0 <= ensemble["accuracy"] <= 1
+    evaluated = {s["name"]: s for s in two_teachers.json("students")}["kd"]["evaluations"]
+    assert evaluated[0]["data"] == "test" and evaluated[0]["accuracy"] == metrics["accuracy"]
+
+    texts = tmp_path / "more.txt"
+    texts.write_text("goal match league\n\nbank shares market\n")
+    predictions = two_teachers.json("predict", "kd", "election treaty minister", "--file", texts, "--top", "2")
+    assert [p["text"] for p in predictions] == ["election treaty minister", "goal match league", "bank shares market"]
+    assert all(p["label"] in ("world", "sports", "business", "scitech") and len(p["top"]) == 2 for p in predictions)
+    plain = two_teachers("predict", "kd", "goal match")
+    assert plain.stdout.split("\t")[0] in ("world", "sports", "business", "scitech")
+
+
+def test_student_from_a_classifier_and_shallower(two_teachers, assets):
+    args = train_args(assets)
+    args[1] = str(assets["teacher_c"])  # a classifier over other labels: its head is replaced
+    two_teachers("amalgamate", "--method", "uhc", "--name", "from-clf", "--student-layers", "1", *args)
+    student = {s["name"]: s for s in two_teachers.json("students")}["from-clf"]
+    config = json.loads((Path(student["path"]) / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1 and len(config["id2label"]) == 4
+    weights = load_file(str(Path(student["path"]) / "model.safetensors"))
+    assert weights["classifier.weight"].shape[0] == 4
+
+
+def test_ctrl_c_then_resume_matches_an_uninterrupted_run(two_teachers, assets, monkeypatch):
+    import kamalcli.train.loop as loop
+
+    args = ["--method", "muki-soft", *train_args(assets), "--checkpoint-every", "5"]
+    two_teachers("amalgamate", *args, "--name", "straight")
+    real = loop.train
+
+    def interrupted(*a, **kw):
+        def stop(step):
+            if step == 7:
+                raise KeyboardInterrupt
+        return real(*a, **{**kw, "on_step": stop})
+
+    monkeypatch.setattr(loop, "train", interrupted)
+    result = two_teachers("amalgamate", *args, "--name", "cut", code=130)
+    assert "kamal amalgamate --resume cut" in result.stderr
+    assert "cut" not in {s["name"] for s in two_teachers.json("students")}
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "cut"] == ["interrupted"]
+    monkeypatch.setattr(loop, "train", real)
+    two_teachers("amalgamate", "--resume", "cut")
+    students = {s["name"]: s for s in two_teachers.json("students")}
+    a = load_file(str(Path(students["straight"]["path"]) / "model.safetensors"))
+    b = load_file(str(Path(students["cut"]["path"]) / "model.safetensors"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "cut"] == ["interrupted", "done"]
+    assert "nothing to resume" in two_teachers("amalgamate", "--resume", "cut", code=2).stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "dfb"], "unknown method 'dfb'"),
+    (["--method", "ensemble"], "is a baseline with nothing to train"),
+    (["--method", "muki-soft", "--option", "tau=-1"], "tau must be above 0"),
+    (["--method", "uhc", "--teacher", "ghost"], "no teacher named 'ghost'"),
+    (["--method", "uhc", "--teacher", "news"], "needs at least two teachers"),
+    (["--method", "uhc", "--data", "nothing"], "no dataset named 'nothing'"),
+    (["--method", "uhc", "--select-by", "eval:pool"], "that dataset has no labels"),
+    (["--method", "uhc", "--student-layers", "7", "--student", "ENCODER"], "the base has 2 layers"),
+    (["--method", "uhc", "--student", "/no/such/base"], "no such folder"),
+    ([], "choose a method with --method"),
+    (["--resume", "ghost"], "no interrupted run named 'ghost'"),
+])
+def test_bad_amalgamate_input(two_teachers, assets, args, message):
+    args = [str(assets["encoder"]) if a == "ENCODER" else a for a in args]
+    before = two_teachers.db_snapshot()
+    result = two_teachers("amalgamate", *args, code=2)
+    assert message in result.stderr, result.stderr
+    assert two_teachers.db_snapshot() == before
+
+
+def test_missing_pieces(kamal, assets, trained):
+    assert "no teachers" in kamal("amalgamate", "--method", "uhc", code=2).stderr
+    kamal("add-teacher", trained["news"], "--name", "news")
+    kamal("add-teacher", trained["money"], "--name", "money")
+    assert "no transfer data" in kamal("amalgamate", "--method", "uhc", code=2).stderr
+    kamal("add-data", assets["pool"], "--name", "pool")
+    kamal("add-data", assets["pool"], "--name", "pool2")
+    assert "choose one with --data" in kamal("amalgamate", "--method", "uhc", code=2).stderr
+    assert "no student named 'ghost'" in kamal("eval", "ghost", "--data", "pool", code=2).stderr
+    assert "no student named 'ghost'" in kamal("predict", "ghost", "hi", code=2).stderr
+
+
+def test_predict_needs_text_and_eval_needs_labels(two_teachers, assets, tmp_path):
+    two_teachers("amalgamate", "--method", "uhc", "--name", "u", *train_args(assets))
+    assert "nothing to classify" in two_teachers("predict", "u", code=2).stderr
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert "holds no text" in two_teachers("predict", "u", "--file", empty, code=2).stderr
+    assert "has no gold labels" in two_teachers("eval", "u", "--data", "pool", code=2).stderr
+    assert "has no ONNX export yet" in two_teachers("predict", "u", "hi", "--onnx", code=2).stderr
+    assert "a student named 'u' exists already" in two_teachers("amalgamate", "--method", "uhc", "--name", "u", code=2).stderr

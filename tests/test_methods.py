@@ -1,0 +1,123 @@
+"""Every method's targets and losses, checked against the formulas in METHODS.md."""
+
+import numpy as np
+import pytest
+import torch
+
+from kamalcli.errors import KamalError
+from kamalcli.labels import LabelSpace
+from kamalcli.methods import REGISTRY, get_method
+from kamalcli.methods.base import TeacherOutputs
+from kamalcli.methods.losses import kl_to_target
+from kamalcli.methods.output_level import margin, union_logits
+
+
+def outputs(shared: bool = False) -> TeacherOutputs:
+    space = LabelSpace.from_teachers([("a", ["w", "s"]), ("b", ["s", "x"] if shared else ["b", "x"])])
+    logits = (np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), np.array([[0.0, 3.0], [1.0, 0.0], [0.5, 0.0]]))
+    c = np.array([[0.9, 0.2], [0.3, 0.7], [0.5, 0.5]])
+    return TeacherOutputs(space, ("a", "b"), logits, {"mc-dropout": c, "entropy": c[:, ::-1].copy()})
+
+
+def softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_pad_places_each_teacher_in_its_block_and_sums_shared_labels():
+    out = outputs(shared=True)
+    assert out.space.names == ("w", "s", "x")
+    padded_b = out.padded(1)
+    assert np.allclose(padded_b[:, 0], 0) and np.allclose(padded_b[:, 1:], softmax(out.logits[1]))
+    space = LabelSpace.from_teachers([("t", ["a", "b"])])
+    assert np.allclose(space.pad("t", np.array([[0.3, 0.7]])), [[0.3, 0.7]])
+
+
+def test_muki_hard_takes_the_most_confident_teacher_and_weights_by_margin():
+    out = outputs()
+    m = get_method("muki-hard")
+    objective = m.build(out, m.parse([]))
+    t = objective.arrays["target"]
+    assert np.allclose(t[0], np.r_[softmax(out.logits[0][0]), 0, 0], atol=1e-6)   # teacher a: 0.9 > 0.2
+    assert np.allclose(t[1], np.r_[0, 0, softmax(out.logits[1][1])], atol=1e-6)   # teacher b: 0.7 > 0.3
+    assert np.allclose(objective.weights, [0.7, 0.4, 0.0])
+    assert m.build(out, m.parse(["reweight=false"])).weights is None
+
+
+def test_mc_false_is_the_plain_entropy_ablation():
+    out = outputs()
+    m = get_method("muki-hard")
+    plain = m.build(out, m.parse(["mc=false"]))
+    assert plain.info["score"] == "entropy"
+    assert np.allclose(plain.arrays["target"][0, 2:], softmax(out.logits[1][0]), atol=1e-6)  # entropy prefers b
+
+
+def test_muki_soft_weights_teachers_by_softmax_of_confidence_over_tau():
+    out = outputs()
+    m = get_method("muki-soft")
+    t = m.build(out, m.parse(["tau=0.5"])).arrays["target"]
+    w = softmax(out.confidence["mc-dropout"] / 0.5)
+    expected = w[:, :1] * np.c_[softmax(out.logits[0]), np.zeros((3, 2))] + w[:, 1:] * np.c_[np.zeros((3, 2)), softmax(out.logits[1])]
+    assert np.allclose(t, expected, atol=1e-6)
+    assert np.allclose(t.sum(axis=1), 1, atol=1e-6)
+
+
+def test_vanilla_kd_is_softmax_of_concatenated_logits():
+    out = outputs()
+    m = get_method("vanilla-kd")
+    t = m.build(out, m.parse(["temperature=2"])).arrays["target"]
+    assert np.allclose(t, softmax(np.c_[out.logits[0], out.logits[1]] / 2), atol=1e-6)
+    shared = union_logits(outputs(shared=True))
+    assert shared[0, 1] == pytest.approx(np.logaddexp(0.0, 0.0))  # 's' from both teachers: mass adds
+
+
+def test_uhc_matches_each_teacher_on_its_own_block():
+    out = outputs()
+    m = get_method("uhc")
+    objective = m.build(out, m.parse([]))
+    student = torch.tensor([[0.5, -0.5, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0]])
+    batch = {k: torch.as_tensor(v) for k, v in objective.arrays.items()}
+    loss = objective.loss(student, batch).numpy()
+    expected = []
+    for i in range(3):
+        total = 0.0
+        for block, p in (([0, 1], softmax(out.logits[0][i])), ([2, 3], softmax(out.logits[1][i]))):
+            q = softmax(student[i, block].numpy())
+            total += np.sum(p * np.log(p / q))
+        expected.append(total)
+    assert np.allclose(loss, expected, atol=1e-5)
+
+
+def test_kl_direction_handles_hard_targets_and_temperature():
+    target = torch.tensor([[1.0, 0.0, 0.0]])
+    logits = torch.tensor([[2.0, 0.0, -1.0]])
+    q = torch.softmax(logits, -1)
+    assert kl_to_target(logits, target).item() == pytest.approx(-torch.log(q[0, 0]).item(), rel=1e-5)
+    q2 = torch.softmax(logits / 2, -1)
+    assert kl_to_target(logits, target, 2.0).item() == pytest.approx(-4 * torch.log(q2[0, 0]).item(), rel=1e-5)
+    assert torch.isfinite(kl_to_target(logits, torch.tensor([[0.5, 0.5, 0.0]]))).all()
+
+
+def test_margin():
+    assert np.allclose(margin(np.array([[0.1, 0.9, 0.5], [0.4, 0.4, 0.0]])), [0.4, 0.0])
+
+
+@pytest.mark.parametrize("pairs, message", [
+    (["tau"], "write it as key=value"),
+    (["nope=1"], "has no option 'nope'"),
+    (["tau=abc"], "tau must be a number"),
+    (["mc=maybe"], "must be true or false"),
+    (["tau=0"], "tau must be above 0"),
+    (["score=magic"], "must be one of mc-dropout, entropy, max-prob, rmd"),
+])
+def test_option_errors(pairs, message):
+    with pytest.raises(KamalError, match=message):
+        get_method("muki-soft").parse(pairs)
+
+
+def test_registry_lists_every_method_with_defaults():
+    assert {"muki-hard", "muki-soft", "vanilla-kd", "uhc", "ensemble", "teacher"} <= set(REGISTRY)
+    assert get_method("muki-soft").defaults()["tau"] == 0.2
+    assert not get_method("ensemble").trains
+    with pytest.raises(KamalError, match="unknown method 'dfb'"):
+        get_method("dfb")
