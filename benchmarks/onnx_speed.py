@@ -106,6 +106,25 @@ def fixed_batch(tokenizer, batch: int, length: int, seed: int) -> dict:
     return {k: v.astype("int64") for k, v in enc.items()}
 
 
+def engine_accuracy(path: Path, tokenizer, names, engines, id2label, max_length: int) -> dict[str, float]:
+    """Accuracy of every engine on a labelled jsonl (the same tokenised batches for all)."""
+    import numpy as np
+
+    rows = [json.loads(line) for line in open(path, encoding="utf-8")]
+    gold = np.array([r["label"] for r in rows])
+    labels = np.array([id2label[i] for i in range(len(id2label))])
+    correct = {engine: 0 for engine in engines}
+    for start in range(0, len(rows), 32):
+        enc = tokenizer([r["text"] for r in rows[start:start + 32]], padding=True, truncation=True,
+                        max_length=max_length, return_tensors="np")
+        feed = {k: v.astype("int64") for k, v in enc.items() if k in names}
+        for engine, call in engines.items():
+            out = call(feed)
+            logits = out[0] if isinstance(out, list) else out.numpy()
+            correct[engine] += int((labels[logits.argmax(-1)] == gold[start:start + 32]).sum())
+    return {engine: n / len(rows) for engine, n in correct.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--student", type=Path, help="a classifier folder (default: MiniLM-L6 with a 10-label head)")
@@ -114,6 +133,8 @@ def main() -> None:
     parser.add_argument("--throughput-runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--eval-data", type=Path, help="a jsonl of {text, label}: accuracy of each engine on it")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens per text for --eval-data")
     args = parser.parse_args()
 
     import numpy as np
@@ -173,6 +194,10 @@ def main() -> None:
     top2 = np.sort(torch_call({k: v.astype("int64") for k, v in enc.items() if k in names}).numpy(), axis=-1)[:, -2:]
     margin = float(np.median(top2[:, 1] - top2[:, 0]))
 
+    accuracy = {}
+    if args.eval_data:
+        accuracy = engine_accuracy(args.eval_data, tokenizer, names, engines, model.config.id2label, args.max_length)
+
     safetensors = sum(p.stat().st_size for p in Path(student).glob("*.safetensors"))
     sizes = {"PyTorch eager (sdpa)": safetensors, "onnxruntime fp32": fp32.size_bytes,
              "onnxruntime int8": int8.size_bytes}
@@ -181,7 +206,7 @@ def main() -> None:
         latency = statistics.median(times["latency"][engine])
         per_batch = statistics.median(times["throughput"][engine])
         results[engine] = {"latency_ms_b1_t32": latency * 1e3, "throughput_seq_s_b32_t128": 32 / per_batch,
-                           "size_bytes": sizes[engine]}
+                           "size_bytes": sizes[engine], "accuracy": accuracy.get(engine)}
     base = results["PyTorch eager (sdpa)"]
     for r in results.values():
         r["latency_speedup"] = base["latency_ms_b1_t32"] / r["latency_ms_b1_t32"]
@@ -200,11 +225,12 @@ def main() -> None:
         print(f"  note: {w}")
     print(f"Latency: median of {args.latency_runs} calls; throughput: median of {args.throughput_runs} "
           f"batches; {args.warmup} warm-up calls each; engines interleaved.\n")
-    print("| engine | latency b1x32 (ms) | speed-up | throughput b32x128 (seq/s) | x PyTorch | model file (MB) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| engine | latency b1x32 (ms) | speed-up | throughput b32x128 (seq/s) | x PyTorch | model file (MB) | accuracy % |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for engine, r in results.items():
+        acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.1f}"
         print(f"| {engine} | {r['latency_ms_b1_t32']:.2f} | {r['latency_speedup']:.2f}x | "
-              f"{r['throughput_seq_s_b32_t128']:.1f} | {r['throughput_ratio']:.2f}x | {r['size_bytes'] / 1e6:.1f} |")
+              f"{r['throughput_seq_s_b32_t128']:.1f} | {r['throughput_ratio']:.2f}x | {r['size_bytes'] / 1e6:.1f} | {acc} |")
     if args.json:
         args.json.write_text(json.dumps({
             "model": source, "parameters": count_parameters(model), "torch": torch.__version__,

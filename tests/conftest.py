@@ -18,6 +18,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 FOUR = ["world", "sports", "business", "scitech"]
+SIX = FOUR + ["health", "arts"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -83,6 +84,8 @@ def assets(tmp_path_factory) -> dict[str, Path]:
         "encoder": tiny.make_encoder(root / "encoder", seed=6),
         "train": tiny.write_jsonl(root / "train.jsonl", tiny.topic_rows(FOUR + ["health", "arts"], 60, seed=11)),
         "pool": tiny.write_jsonl(root / "pool.jsonl", [{"text": r["text"]} for r in tiny.topic_rows(FOUR, 60, seed=12)]),
+        "pool6": tiny.write_jsonl(root / "pool6.jsonl", [{"text": r["text"]} for r in tiny.topic_rows(SIX, 40, seed=14)]),
+        "test6": tiny.write_jsonl(root / "test6.jsonl", tiny.topic_rows(SIX, 15, seed=15)),
         "test": tiny.write_jsonl(root / "test.jsonl", tiny.topic_rows(FOUR, 20, seed=13)),
     }
     return out
@@ -99,8 +102,9 @@ def trained(tmp_path_factory, assets) -> dict[str, Path]:
     settings = ["--base", assets["encoder"], "--epochs", 10, "--lr", "3e-3", "--batch-size", 16, "--max-length", 32]
     k("train-teacher", "train", "--labels", "world,sports", "--name", "news", *settings)
     k("train-teacher", "train", "--labels", "business,scitech", "--name", "money", *settings)
+    k("train-teacher", "train", "--labels", "health,arts", "--name", "life", *settings)
     teachers = {t["name"]: Path(t["path"]) for t in k.json("teachers")}
-    return {"news": teachers["news"], "money": teachers["money"], "workspace": ws}
+    return {**teachers, "workspace": ws}
 
 
 @pytest.fixture

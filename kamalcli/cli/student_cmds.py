@@ -111,6 +111,36 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
     _trained(student)
 
 
+@click.command()
+@click.argument("student_name")
+@click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="A new teacher (repeatable).")
+@click.option("--name", help="Name of the new student (default: the next version, e.g. soft-v2).")
+@click.option("--method", help="Amalgamation method (default: the student's own).")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="A method option (repeatable).")
+@click.option("--data", metavar="NAME", help="Transfer dataset covering old and new labels (default: the only one).")
+@click.option("--select-by", metavar="HOW", help="transfer-loss (label-free, default) or eval:NAME (uses labels).")
+@click.option("--mc-samples", type=int, help="MC-dropout passes K for the teachers' confidences (default 16).")
+@click.option("--refine", is_flag=True, help="Allow teachers that add no new label (retrain on what they know).")
+@train_options
+@pass_app
+def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
+           epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
+    """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
+    from kamalcli import amalgamate as service
+    from kamalcli.extend import extend as run_extend
+
+    base = service.AmalgamateRequest(
+        method=method or "", options=list(options), name=name, data=data,
+        select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
+        train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
+        probe=probe_settings(app, mc_samples), device=device or app.workspace.setting("workspace", "device", "auto"),
+    )
+    with app.writer() as store:
+        student = run_extend(app.workspace, store, base, student_name=student_name,
+                             teacher_names=list(teacher_names), refine=refine, say=note)
+    _trained(student)
+
+
 def _trained(student) -> None:
     train = student.train
     click.echo(
@@ -221,4 +251,4 @@ def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> 
         click.echo(f"{r['label']}\t{r['probability']:.3f}\t{r['text'][:80]}" + (f"\t({alternatives})" if alternatives else ""))
 
 
-COMMANDS = [methods, amalgamate, students, eval_cmd, predict]
+COMMANDS = [methods, amalgamate, extend, students, eval_cmd, predict]

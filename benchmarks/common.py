@@ -1,0 +1,227 @@
+"""What every benchmark scenario shares: data, profiles, workspaces driven through the CLI, results.
+
+Protocol (also stated in the README next to the tables):
+- each teacher is fine-tuned on the train rows of its own labels (`kamal train-teacher`);
+- the student's transfer set is all train texts with labels removed;
+- model selection is label-free, on a held-out slice of the transfer set;
+- accuracy is measured on the test split;
+- the supervised upper bound is the same student fine-tuned on the labelled
+  train split with the same budget (epochs, batch size, learning rate).
+Teachers and probes are computed once per profile (seed 0) and cached in the
+workspace; students are trained once per seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+DEFAULT_DATA = Path(os.environ.get("KAMAL_BENCH_DATA", REPO.parent / "shared" / "data" / "debian-topics"))
+RESULTS = REPO / "benchmarks" / "results"
+WORK = REPO / "benchmarks" / "work"
+
+# topics10: the reference split in ../shared/data/debian-topics/README.md
+HALF_A = ["admin", "games", "graphics", "mail", "math"]
+HALF_B = ["net", "science", "sound", "text", "web"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    base: str
+    transfer_rows: int | None     # None: the whole train split
+    test_rows: int | None         # None: the whole test split
+    mc_samples: int
+    max_length: int
+    teacher_epochs: int
+    student_epochs: int
+    lr: float
+    batch_size: int = 32
+
+    def train_args(self, epochs: int, seed: int = 0) -> list[str]:
+        return ["--epochs", str(epochs), "--lr", str(self.lr), "--batch-size", str(self.batch_size),
+                "--max-length", str(self.max_length), "--seed", str(seed)]
+
+
+PROFILES = {
+    # About 15 minutes a scenario on a 2-core CPU.
+    "quick": Profile("quick", "minilm-l3", transfer_rows=1500, test_rows=600, mc_samples=8, max_length=64,
+                     teacher_epochs=2, student_epochs=1, lr=2e-4),
+    # Every row; hours on a 2-core CPU, minutes on a GPU.
+    "full": Profile("full", "minilm-l6", transfer_rows=None, test_rows=None, mc_samples=16, max_length=64,
+                    teacher_epochs=1, student_epochs=1, lr=1e-4),
+}
+
+
+def load_split(data_dir: Path, split: str) -> list[dict]:
+    path = Path(data_dir) / "topics10" / f"{split}.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"no {path}: pass --data-dir (a folder with topics10/{{train,test}}.jsonl)")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def sample(rows: list[dict], n: int | None, salt: str) -> list[dict]:
+    """A deterministic sample (by hash of the text), stratified by nothing: the split's own mix."""
+    if n is None or n >= len(rows):
+        return rows
+    key = lambda r: hashlib.sha256((salt + r["text"]).encode()).hexdigest()  # noqa: E731
+    return sorted(rows, key=key)[:n]
+
+
+class Workspace:
+    """A kamal workspace driven in-process through the real CLI."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def __call__(self, *args, quiet: bool = False) -> str:
+        from kamalcli.cli import cli
+
+        argv = ["--workspace", str(self.root), *map(str, args)]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out) if quiet else contextlib.nullcontext():
+            code = cli.main(argv, prog_name="kamal", standalone_mode=False)
+        if code:
+            raise SystemExit(f"kamal {' '.join(argv)} failed (exit {code})")
+        return out.getvalue()
+
+    def json(self, *args):
+        return json.loads(self(*args, "--json", quiet=True))
+
+    def has_teacher(self, name: str) -> bool:
+        return any(t["name"] == name for t in self.json("teachers"))
+
+    def has_student(self, name: str) -> bool:
+        return any(s["name"] == name for s in self.json("students"))
+
+
+@dataclass
+class Bench:
+    scenario: str
+    profile: Profile
+    data_dir: Path = DEFAULT_DATA
+    seeds: list[int] = field(default_factory=lambda: [1])
+    started: float = field(default_factory=time.perf_counter)
+
+    def workspace(self, key: str) -> Workspace:
+        """A workspace per (profile, data, key), reused across scenarios and reruns."""
+        root = WORK / f"{self.profile.name}-{key}"
+        if not (root / ".kamal").is_dir():
+            from kamalcli.cli import cli
+
+            cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
+            self._add_data(Workspace(root))
+        return Workspace(root)
+
+    def _add_data(self, ws: Workspace) -> None:
+        data = ws.root / "data"
+        data.mkdir(exist_ok=True)
+        train = sample(load_split(self.data_dir, "train"), self.profile.transfer_rows, "transfer")
+        test = sample(load_split(self.data_dir, "test"), self.profile.test_rows, "test")
+        for name, rows in (("train", train), ("test", test)):
+            with open(data / f"{name}.jsonl", "w", encoding="utf-8") as f:
+                f.writelines(json.dumps({"text": r["text"], "label": r["label"]}) + "\n" for r in rows)
+        ws("add-data", data / "train.jsonl", "--name", "labelled", "--role", "eval", quiet=True)
+        ws("add-data", data / "train.jsonl", "--name", "transfer", quiet=True)  # labels are not read
+        ws("add-data", data / "test.jsonl", "--name", "test", "--role", "eval", quiet=True)
+
+    def teacher(self, ws: Workspace, name: str, labels: list[str], base: str | None = None) -> None:
+        if ws.has_teacher(name):
+            return
+        self.say(f"train teacher {name} on {', '.join(labels)}")
+        ws("train-teacher", "labelled", "--labels", ",".join(labels), "--name", name,
+           "--base", base or self.profile.base, *self.profile.train_args(self.profile.teacher_epochs))
+
+    def probe(self, ws: Workspace) -> None:
+        self.say("probe the teachers on transfer and test data")
+        ws("probe", "--data", "transfer", "--data", "test", "--mc-samples", str(self.profile.mc_samples),
+           "--max-length", str(self.profile.max_length))
+
+    def student(self, ws: Workspace, name: str, method: str, teachers: list[str], seed: int,
+                options: tuple[str, ...] = (), base: str | None = None) -> dict:
+        """Train (unless done) and evaluate one student; returns its test metrics and training time."""
+        full = f"{name}-s{seed}"
+        if not ws.has_student(full):
+            self.say(f"amalgamate {full}")
+            ws("amalgamate", "--method", method, "--name", full, "--student", base or self.profile.base,
+               "--data", "transfer", "--mc-samples", str(self.profile.mc_samples),
+               *[a for t in teachers for a in ("--teacher", t)], *[a for o in options for a in ("--option", o)],
+               *self.profile.train_args(self.profile.student_epochs, seed))
+        metrics = ws.json("eval", full, "--data", "test")
+        record = next(s for s in ws.json("students") if s["name"] == full)
+        return {**metrics, "train_seconds": record["train"]["seconds"],
+                "examples_per_second": record["train"]["examples_per_second"]}
+
+    def supervised(self, seed: int) -> dict:
+        """The upper bound: the same student fine-tuned on the labelled train split, same budget."""
+        ws = self.workspace("supervised")
+        name = f"supervised-s{seed}"
+        all_labels = sorted({json.loads(line)["label"] for line in open(ws.root / "data" / "train.jsonl")})
+        if not ws.has_teacher(name):
+            self.say(f"supervised upper bound, seed {seed}")
+            ws("train-teacher", "labelled", "--labels", ",".join(all_labels), "--name", name,
+               "--base", self.profile.base, *self.profile.train_args(self.profile.student_epochs, seed))
+        metrics = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
+        run = next(r for r in ws.json("runs") if r["kind"] == "train-teacher" and r["name"] == name
+                   and r["status"] == "done")
+        return {**metrics, "train_seconds": run["result"]["seconds"],
+                "examples_per_second": run["result"]["examples_per_second"]}
+
+    def baseline(self, ws: Workspace, which: str) -> dict:
+        return ws.json("eval", "--baseline", which, "--data", "test")
+
+    def say(self, message: str) -> None:
+        minutes = (time.perf_counter() - self.started) / 60
+        print(f"[{self.scenario} {self.profile.name} {minutes:5.1f} min] {message}", file=sys.stderr, flush=True)
+
+
+# -- results ---------------------------------------------------------------------------
+
+def summarize(values: list[float]) -> dict:
+    return {"values": values, "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def pct(summary: dict) -> str:
+    if summary["std"]:
+        return f"{100 * summary['mean']:.1f} ± {100 * summary['std']:.1f}"
+    return f"{100 * summary['mean']:.1f}"
+
+
+def markdown(headers: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_results(bench: Bench, payload: dict, table: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = f"{bench.scenario}-{bench.profile.name}"
+    seeds = ",".join(map(str, bench.seeds))
+    meta = {
+        "scenario": bench.scenario, "profile": asdict(bench.profile), "seeds": bench.seeds,
+        "data": str(bench.data_dir), "minutes": (time.perf_counter() - bench.started) / 60,
+        "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "python": platform.python_version(),
+    }
+    (RESULTS / f"{stem}.json").write_text(json.dumps({**meta, **payload}, indent=2, sort_keys=True) + "\n")
+    heading = (f"<!-- {bench.scenario}, {bench.profile.name} mode, seeds {seeds}, {meta['date']}, "
+               f"{meta['minutes']:.0f} min on {meta['machine']} -->\n")
+    (RESULTS / f"{stem}.md").write_text(heading + table + "\n")
+    print(table)
+    return RESULTS / f"{stem}.md"

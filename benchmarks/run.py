@@ -1,0 +1,61 @@
+"""Run a benchmark scenario: python benchmarks/run.py SCENARIO [--quick | --full] [--seeds 1,2,3].
+
+Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, speed, all.
+Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `readme` copies the
+latest tables into README.md. Workspaces (teachers, probe caches, students) are
+kept in benchmarks/work/ so a rerun or another scenario reuses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import DEFAULT_DATA, PROFILES, REPO, RESULTS, Bench  # noqa: E402
+from scenarios import SCENARIOS  # noqa: E402
+from speed import speed  # noqa: E402
+
+ALL = {**SCENARIOS, "speed": speed}
+
+
+def update_readme() -> None:
+    """Replace each <!-- bench:NAME --> ... <!-- /bench:NAME --> block with the newest result."""
+    readme = REPO / "README.md"
+    text = readme.read_text()
+    for match in re.finditer(r"<!-- bench:([\w-]+) -->", text):
+        name = match.group(1)
+        for profile in ("full", "quick"):
+            path = RESULTS / f"{name}-{profile}.md"
+            if path.is_file():
+                body = path.read_text().strip()
+                text = re.sub(rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)",
+                              lambda m: m.group(1) + body + m.group(2), text, flags=re.S)
+                break
+    readme.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=[*ALL, "all", "readme"])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_const", dest="profile", const="quick", help="about 15 minutes a scenario (default)")
+    mode.add_argument("--full", action="store_const", dest="profile", const="full", help="every row: hours on a CPU")
+    parser.add_argument("--seeds", default="1", help="student seeds, e.g. 1,2,3 (mean and std)")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="a folder with topics10/{train,test}.jsonl")
+    args = parser.parse_args()
+    if args.scenario == "readme":
+        update_readme()
+        return
+    seeds = [int(s) for s in args.seeds.split(",")]
+    names = list(ALL) if args.scenario == "all" else [args.scenario]
+    for name in names:
+        ALL[name](Bench(name, PROFILES[args.profile or "quick"], args.data_dir, seeds))
+    update_readme()
+
+
+if __name__ == "__main__":
+    main()

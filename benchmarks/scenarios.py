@@ -1,0 +1,198 @@
+"""The benchmark scenarios: MUKI's tables on debian-topics, reproduced through kamal's CLI."""
+
+from __future__ import annotations
+
+from common import HALF_A, HALF_B, Bench, markdown, pct, summarize, write_results
+
+MUKI_METHODS = [
+    ("vanilla-kd", "vanilla-kd", ()),
+    ("uhc", "uhc", ()),
+    ("muki-hard", "muki-hard", ()),
+    ("muki-soft", "muki-soft", ()),
+]
+ABLATIONS = [
+    ("muki-hard w/o MC dropout", "muki-hard", ("mc=false",)),
+    ("muki-hard w/o re-weighting", "muki-hard", ("reweight=false",)),
+]
+
+
+def _student_rows(bench: Bench, ws, teachers: list[str], methods, base: str | None = None,
+                  tag: str = "") -> tuple[list, dict]:
+    rows, payload = [], {}
+    for label, method, options in methods:
+        name = (tag + label).replace(" ", "-").replace("/", "")
+        results = [bench.student(ws, name, method, teachers, seed, options, base) for seed in bench.seeds]
+        acc = summarize([r["accuracy"] for r in results])
+        f1 = summarize([r["macro_f1"] for r in results])
+        payload[label] = {"accuracy": acc, "macro_f1": f1, "train_seconds": [r["train_seconds"] for r in results],
+                          "examples_per_second": [r["examples_per_second"] for r in results]}
+        rows.append([label, pct(acc), pct(f1)])
+    return rows, payload
+
+
+def _fixed_rows(bench: Bench, ws, teachers: list[str], with_teachers: bool = True) -> tuple[list, dict]:
+    rows, payload = [], {}
+    named = [(f"teacher {t}", f"teacher:{t}") for t in teachers] if with_teachers else []
+    for label, which in named + [("ensemble", "ensemble")]:
+        metrics = bench.baseline(ws, which)
+        payload[label] = {"accuracy": summarize([metrics["accuracy"]]), "macro_f1": summarize([metrics["macro_f1"]])}
+        rows.append([label, pct(payload[label]["accuracy"]), pct(payload[label]["macro_f1"])])
+    return rows, payload
+
+
+def _supervised_row(bench: Bench) -> tuple[list, dict]:
+    results = [bench.supervised(seed) for seed in bench.seeds]
+    acc, f1 = summarize([r["accuracy"] for r in results]), summarize([r["macro_f1"] for r in results])
+    payload = {"accuracy": acc, "macro_f1": f1, "train_seconds": [r["train_seconds"] for r in results],
+               "examples_per_second": [r["examples_per_second"] for r in results]}
+    return ["supervised (upper bound)", pct(acc), pct(f1)], payload
+
+
+def _selection(ws, dataset: str = "test") -> list[dict]:
+    return [s for s in ws.json("report")["selection"] if s["data"] == dataset]
+
+
+def _selection_table(selection: list[dict]) -> str:
+    rows = [[s["score"], f"{100 * s['accuracy']:.1f}" if s["accuracy"] is not None else "-",
+             f"{s['auroc']:.3f}" if s["auroc"] is not None else "-",
+             f"{100 * s['target_accuracy']:.1f}" if s["target_accuracy"] is not None else "-"] for s in selection]
+    return markdown(["score", "selects the right teacher %", "AUROC right vs wrong", "hard target right %"], rows)
+
+
+def two_teacher_workspace(bench: Bench):
+    ws = bench.workspace("two-halves")
+    bench.teacher(ws, "half-a", HALF_A)
+    bench.teacher(ws, "half-b", HALF_B)
+    bench.probe(ws)
+    return ws
+
+
+def muki_table(bench: Bench) -> None:
+    """MUKI Tables 1 and 2: two teachers over disjoint halves of topics10."""
+    ws = two_teacher_workspace(bench)
+    teachers = ["half-a", "half-b"]
+    supervised, supervised_payload = _supervised_row(bench)
+    fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
+    students, student_payload = _student_rows(bench, ws, teachers, MUKI_METHODS + ABLATIONS)
+    table = markdown(["method", "accuracy %", "macro-F1 %"], [supervised, *fixed, *students])
+    upper = supervised_payload["accuracy"]["mean"]
+    ratios = {k: v["accuracy"]["mean"] / upper for k, v in student_payload.items()}
+    selection = _selection(ws)
+    table += "\n\nTeacher selection on the test split (the same probes):\n\n" + _selection_table(selection)
+    write_results(bench, {"rows": {"supervised": supervised_payload, **fixed_payload, **student_payload},
+                          "ratio_to_supervised": ratios, "selection": selection}, table)
+
+
+def selection(bench: Bench) -> None:
+    """MUKI's Figure 2 as numbers: how well each confidence score picks the right teacher."""
+    ws = two_teacher_workspace(bench)
+    chosen = _selection(ws)
+    report = ws.json("report")
+    calibration = [
+        {k: p.get(k) for k in ("teacher", "accuracy_in", "ece_in", "mc_ece_in", "ece_out", "mc_ece_out",
+                                "confidence_out", "mc_confidence_out", "uhat_in", "uhat_out", "mc_uhat_in",
+                                "mc_uhat_out")}
+        for p in report["probes"] if p["data"] == "test"
+    ]
+    cal_table = markdown(
+        ["teacher", "acc in %", "ECE in", "ECE in MC", "ECE out", "ECE out MC", "mean c in", "mean c out", "mean c in MC", "mean c out MC"],
+        [[c["teacher"], f"{100 * c['accuracy_in']:.1f}", *(f"{c[k]:.3f}" for k in ("ece_in", "mc_ece_in", "ece_out", "mc_ece_out")),
+          *(f"{1 - c[k]:.3f}" for k in ("uhat_in", "uhat_out", "mc_uhat_in", "mc_uhat_out"))] for c in calibration],
+    )
+    table = _selection_table(chosen) + "\n\nCalibration per teacher on the test split (c = 1 - normalised entropy):\n\n" + cal_table
+    write_results(bench, {"selection": chosen, "calibration": calibration}, table)
+
+
+def more_teachers(bench: Bench) -> None:
+    """MUKI Table 3: more teachers with unequal label counts."""
+    layouts = {
+        "3 teachers {2,3,5}": [["mail", "math"], ["games", "graphics", "sound"], ["admin", "net", "science", "text", "web"]],
+        "4 teachers {2,2,2,4}": [["mail", "math"], ["games", "graphics"], ["sound", "text"], ["admin", "net", "science", "web"]],
+    }
+    sections, payload = [], {}
+    for title, groups in layouts.items():
+        key = f"teachers-{len(groups)}"
+        ws = bench.workspace(key)
+        names = [f"t{i + 1}-{'-'.join(g)}"[:60] for i, g in enumerate(groups)]
+        for name, labels in zip(names, groups):
+            bench.teacher(ws, name, labels)
+        bench.probe(ws)
+        fixed, fixed_payload = _fixed_rows(bench, ws, names, with_teachers=False)
+        students, student_payload = _student_rows(bench, ws, names, MUKI_METHODS)
+        sections.append(f"**{title}**\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students]))
+        payload[title] = {"groups": groups, "rows": {**fixed_payload, **student_payload}, "selection": _selection(ws)}
+    write_results(bench, payload, "\n\n".join(sections))
+
+
+def heterogeneous(bench: Bench) -> None:
+    """MUKI Table 4: teachers of different depth (minilm-l6 and minilm-l3)."""
+    ws = bench.workspace("heterogeneous")
+    bench.teacher(ws, "a-l6", HALF_A, base="minilm-l6")
+    bench.teacher(ws, "b-l3", HALF_B, base="minilm-l3")
+    bench.probe(ws)
+    teachers = ["a-l6", "b-l3"]
+    fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
+    sections, payload = [], {"fixed": fixed_payload}
+    for base in ("minilm-l6", "minilm-l3"):
+        students, student_payload = _student_rows(bench, ws, teachers, MUKI_METHODS, base=base, tag=f"{base} ")
+        sections.append(f"**student {base}**\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students]))
+        payload[base] = student_payload
+    write_results(bench, {**payload, "selection": _selection(ws)}, "\n\n".join(sections))
+
+
+def extension(bench: Bench) -> None:
+    """Incremental extension: (a) teachers 1+2 then extend with 3, against (b) all three at once."""
+    thirds = [["admin", "games", "graphics"], ["mail", "math", "net"], ["science", "sound", "text", "web"]]
+    old_labels = thirds[0] + thirds[1]
+    ws = bench.workspace("thirds")
+    names = ["third-1", "third-2", "third-3"]
+    for name, labels in zip(names, thirds):
+        bench.teacher(ws, name, labels)
+    bench.probe(ws)
+    rows, payload = [], {}
+    for seed in bench.seeds:
+        a1 = bench.student(ws, "a-first", "muki-soft", names[:2], seed)
+        extended = f"a-extended-s{seed}"
+        if not ws.has_student(extended):
+            bench.say(f"extend a-first-s{seed} with third-3")
+            ws("extend", f"a-first-s{seed}", "--teacher", "third-3", "--name", extended, "--data", "transfer",
+               "--mc-samples", str(bench.profile.mc_samples), *bench.profile.train_args(bench.profile.student_epochs, seed))
+        a2 = ws.json("eval", extended, "--data", "test")
+        a2_train = next(s for s in ws.json("students") if s["name"] == extended)["train"]
+        b = bench.student(ws, "b-scratch", "muki-soft", names, seed)
+        b_split = _old_new(ws, f"b-scratch-s{seed}", old_labels)
+        payload[seed] = {"a_first": a1["accuracy"], "a_extended": a2["accuracy"],
+                         "a_old": a2["old_label_accuracy"], "a_new": a2["new_label_accuracy"],
+                         "a_extension_seconds": a2_train["seconds"], "b_scratch": b["accuracy"],
+                         "b_old": b_split[0], "b_new": b_split[1], "b_seconds": b["train_seconds"],
+                         "a_first_seconds": a1["train_seconds"]}
+    keys = ["a_extended", "a_old", "a_new", "a_extension_seconds", "b_scratch", "b_old", "b_new", "b_seconds"]
+    agg = {k: summarize([payload[s][k] for s in bench.seeds]) for k in keys}
+    table = markdown(
+        ["route", "test accuracy %", "old labels (7) %", "new labels (4) %", "training seconds"],
+        [["(a) teachers 1+2, then extend with 3", pct(agg["a_extended"]), pct(agg["a_old"]), pct(agg["a_new"]),
+          f"{agg['a_extension_seconds']['mean']:.0f} (extension step)"],
+         ["(b) all three teachers from scratch", pct(agg["b_scratch"]), pct(agg["b_old"]), pct(agg["b_new"]),
+          f"{agg['b_seconds']['mean']:.0f}"]],
+    )
+    write_results(bench, {"per_seed": payload, "summary": agg, "thirds": thirds}, table)
+
+
+def _old_new(ws, student: str, old_labels: list[str]) -> tuple[float | None, float | None]:
+    metrics = ws.json("eval", student, "--data", "test")
+    labels = metrics["labels"]
+    confusion = metrics["confusion"]
+    def accuracy(names):
+        idx = [labels.index(n) for n in names]
+        total = sum(sum(confusion[i]) for i in idx)
+        return sum(confusion[i][i] for i in idx) / total if total else None
+    return accuracy(old_labels), accuracy([n for n in labels if n not in old_labels])
+
+
+SCENARIOS = {
+    "muki-table": muki_table,
+    "selection": selection,
+    "more-teachers": more_teachers,
+    "heterogeneous": heterogeneous,
+    "extension": extension,
+}

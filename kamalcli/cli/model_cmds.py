@@ -1,0 +1,40 @@
+"""kamal models, demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kamalcli.cli.render import emit_json, json_option, table
+
+
+@click.command()
+@json_option
+def models(as_json: bool) -> None:
+    """Pretrained bases kamal can name without a model hub (--student / --base NAME)."""
+    from kamalcli.assets import BASES, base_status
+
+    rows = [{"name": b.name, "description": b.description, "package": b.package, "layers": b.layers,
+             "hidden": b.hidden, "status": base_status(b)} for b in BASES.values()]
+    if as_json:
+        emit_json(rows)
+        return
+    table("Named bases", ["name", "model", "package", "status"],
+          [(r["name"], r["description"], r["package"], r["status"]) for r in rows])
+    click.echo("Also accepted: a local Hugging Face folder, or a hub id when a hub is reachable.")
+
+
+@click.command()
+@click.option("--dir", "target", default="kamal-demo", show_default=True, type=click.Path(file_okay=False),
+              help="Where to build the demo workspace.")
+@click.option("--force", is_flag=True, help="Reuse a non-empty folder (an old workspace there is moved aside).")
+@click.option("--base", default="minilm-l6", show_default=True, help="Base model for teachers and students.")
+def demo(target: str, force: bool, base: str) -> None:
+    """The whole pipeline on real data shipped with kamal: teachers, probe, amalgamate, eval, ONNX."""
+    from kamalcli.demo import run_demo
+
+    run_demo(Path(target), force=force, base=base)
+
+
+COMMANDS = [models, demo]
