@@ -1,0 +1,19 @@
+"""kamal demo runs the whole pipeline (here on a tiny base, so it takes seconds)."""
+
+from conftest import Kamal
+
+
+def test_demo_end_to_end_on_a_tiny_base(assets, tmp_path):
+    target = tmp_path / "demo"
+    result = Kamal(None)("demo", "--dir", target, "--base", assets["encoder"])
+    out = result.stdout
+    for step in ("$ kamal train-teacher teacher-data --labels games,graphics,sound --name media",
+                 "$ kamal probe --data pool --data test", "$ kamal amalgamate --method muki-hard --name muki-hard",
+                 "$ kamal eval --baseline ensemble --data test", "$ kamal export muki-hard --onnx"):
+        assert step in out, step
+    assert "The demo's results on 240 held-out Debian package descriptions" in out
+    assert "baseline ensemble" in out and "vanilla-kd" in out
+    assert (target / ".kamal" / "artifacts" / "exports" / "muki-hard" / "model.onnx").is_file()
+    assert 'lr = 3e-4' in (target / "kamal.toml").read_text()
+    again = Kamal(None)("demo", "--dir", target, code=2)
+    assert "exists and is not empty" in again.stderr

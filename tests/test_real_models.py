@@ -1,0 +1,62 @@
+"""The real pretrained bases, offline: a broken asset path must not land (marked slow)."""
+
+import gzip
+import json
+import os
+from importlib import resources
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+@pytest.mark.slow
+def test_minilm_l6_loads_offline_and_classifies_a_sentence():
+    import torch
+
+    from kamalcli.assets import resolve_model_source
+    from kamalcli.batching import encode
+    from kamalcli.modeling import build_student, load_tokenizer
+
+    folder = resolve_model_source("minilm-l6")
+    model = build_student(folder, ["games", "science"]).eval()
+    assert model.config.num_hidden_layers == 6 and model.config.hidden_size == 384
+    encoded = encode(load_tokenizer(folder), ["A puzzle game for the terminal"], 32)
+    with torch.inference_mode():
+        probs = torch.softmax(model(**encoded.batch([0])).logits, -1)
+    assert probs.shape == (1, 2) and torch.isfinite(probs).all()
+    assert probs.sum().item() == pytest.approx(1.0, abs=1e-5)
+    # the real vocabulary, not [UNK]s
+    assert len(set(encoded.ids[0].tolist())) > 4 and 100 not in encoded.ids[0].tolist()
+
+
+@pytest.mark.slow
+def test_train_teacher_on_the_real_base_through_the_cli(kamal, tmp_path):
+    rows = [json.loads(line) for line in gzip.open(resources.files("kamalcli.resources").joinpath("demo/train.jsonl.gz"))]
+    picked = [r for r in rows if r["label"] in ("games", "math")][:48]
+    path = tmp_path / "few.jsonl"
+    path.write_text("".join(json.dumps({"text": r["text"], "label": r["label"]}) + "\n" for r in picked))
+    kamal("add-data", path, "--name", "few", "--role", "eval")
+    kamal("train-teacher", "few", "--labels", "games,math", "--name", "real", "--base", "minilm-l6",
+          "--epochs", "1", "--batch-size", "16", "--max-length", "32")
+    [teacher] = kamal.json("teachers")
+    assert teacher["num_layers"] == 6 and teacher["origin"] == "trained"
+    kamal("probe", "--mc-samples", "2", "--max-length", "32")
+    report = kamal.json("report")["probes"][0]
+    assert report["rows"] == 48 and report["accuracy_in"] is not None
+
+
+def test_models_lists_both_bases(kamal):
+    models = {m["name"]: m for m in kamal.json("models")}
+    assert set(models) == {"minilm-l6", "minilm-l3"}
+    assert models["minilm-l6"]["status"] == "installed" and models["minilm-l3"]["status"] == "installed"
+
+
+def test_the_demo_data_ships_with_the_package():
+    demo = resources.files("kamalcli.resources").joinpath("demo")
+    train = [json.loads(line) for line in gzip.open(demo.joinpath("train.jsonl.gz"))]
+    test = [json.loads(line) for line in gzip.open(demo.joinpath("test.jsonl.gz"))]
+    assert len(train) == 480 and len(test) == 240
+    assert {r["label"] for r in train} == {"games", "graphics", "sound", "mail", "math", "science"}
+    assert not {r["package"] for r in train} & {r["package"] for r in test}
+    assert "debian" in demo.joinpath("README.md").read_text().lower()
