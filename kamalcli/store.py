@@ -6,7 +6,7 @@ import contextlib
 import datetime as dt
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from kamalcli.errors import KamalError
@@ -240,6 +240,18 @@ class Store:
         rows = self._rows(sql, params)
         return rows[0] if rows else None
 
+    def _insert(self, table: str, fields: dict[str, Any]) -> int:
+        """INSERT one row (created_at added); call inside a transaction. Returns its id."""
+        fields = {**fields, "created_at": now()}
+        cursor = self.db.execute(
+            f"INSERT INTO {table} ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})", list(fields.values())
+        )
+        return cursor.lastrowid
+
+    def _delete(self, table: str, row_id: int) -> None:
+        with self.transaction():
+            self.db.execute(f"DELETE FROM {table} WHERE id = ?", [row_id])
+
     # -- teachers and labels -------------------------------------------
     def _teacher(self, row: dict) -> Teacher:
         labels = [r["name"] for r in self._rows(
@@ -266,11 +278,7 @@ class Store:
 
     def add_teacher(self, *, labels: list[str], **fields: Any) -> Teacher:
         with self.transaction():
-            cursor = self.db.execute(
-                f"INSERT INTO teachers ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
-                [*fields.values(), now()],
-            )
-            teacher_id = cursor.lastrowid
+            teacher_id = self._insert("teachers", fields)
             for position, label in enumerate(labels):
                 self.db.execute("INSERT OR IGNORE INTO labels (name, created_at) VALUES (?, ?)", [label, now()])
                 label_id = self._one("SELECT id FROM labels WHERE name = ?", [label])["id"]
@@ -320,16 +328,12 @@ class Store:
     def add_dataset(self, *, columns: list[str], label_counts: dict | None, **fields: Any) -> Dataset:
         fields = {**fields, "columns": _dumps(columns), "label_counts": _dumps(label_counts) if label_counts is not None else None}
         with self.transaction():
-            cursor = self.db.execute(
-                f"INSERT INTO datasets ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
-                [*fields.values(), now()],
-            )
-        return self.dataset_by_id(cursor.lastrowid)
+            dataset_id = self._insert("datasets", fields)
+        return self.dataset_by_id(dataset_id)
 
     def remove_dataset(self, name: str) -> Dataset:
         dataset = self.dataset(name)
-        with self.transaction():
-            self.db.execute("DELETE FROM datasets WHERE id = ?", [dataset.id])
+        self._delete("datasets", dataset.id)
         return dataset
 
     def dataset_path_in_use(self, path: str) -> bool:
@@ -412,11 +416,7 @@ class Store:
         """One transaction: the probe and its per-row scores (columns PROBE_ROW_COLUMNS)."""
         fields = {**fields, "options": _dumps(fields["options"]), "summary": _dumps(fields.get("summary", {}))}
         with self.transaction():
-            cursor = self.db.execute(
-                f"INSERT INTO probes ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
-                [*fields.values(), now()],
-            )
-            probe_id = cursor.lastrowid
+            probe_id = self._insert("probes", fields)
             columns = [rows[c] for c in PROBE_ROW_COLUMNS]
             self.db.conn.executemany(
                 f"INSERT INTO probe_rows (probe_id, row, {', '.join(PROBE_ROW_COLUMNS)}) "
@@ -434,35 +434,26 @@ class Store:
         return {name: [r[i] for r in rows] for i, name in enumerate(names)}
 
     def delete_probe(self, probe_id: int) -> None:
-        with self.transaction():
-            self.db.execute("DELETE FROM probes WHERE id = ?", [probe_id])
+        self._delete("probes", probe_id)
+
+    @staticmethod
+    def _rmd_fit(row: dict | None) -> RmdFit | None:
+        return RmdFit(**{**row, "layers": _loads(row["layers"], [])}) if row else None
 
     def find_rmd_fit(self, key: str) -> RmdFit | None:
-        row = self._one("SELECT * FROM rmd_fits WHERE key = ?", [key])
-        if row is None:
-            return None
-        row["layers"] = _loads(row["layers"], [])
-        return RmdFit(**row)
+        return self._rmd_fit(self._one("SELECT * FROM rmd_fits WHERE key = ?", [key]))
 
     def add_rmd_fit(self, **fields: Any) -> RmdFit:
-        fields = {**fields, "layers": _dumps(fields["layers"])}
         with self.transaction():
-            self.db.execute(
-                f"INSERT INTO rmd_fits ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
-                [*fields.values(), now()],
-            )
+            self._insert("rmd_fits", {**fields, "layers": _dumps(fields["layers"])})
         return self.find_rmd_fit(fields["key"])
 
     def delete_rmd_fit(self, fit_id: int) -> None:
-        with self.transaction():
-            self.db.execute("DELETE FROM rmd_fits WHERE id = ?", [fit_id])
+        self._delete("rmd_fits", fit_id)
 
     def rmd_fit_of(self, probe_id: int) -> RmdFit | None:
-        row = self._one("SELECT f.* FROM rmd_fits f JOIN probe_rmd p ON p.fit_id = f.id WHERE p.probe_id = ?", [probe_id])
-        if row is None:
-            return None
-        row["layers"] = _loads(row["layers"], [])
-        return RmdFit(**row)
+        return self._rmd_fit(self._one(
+            "SELECT f.* FROM rmd_fits f JOIN probe_rmd p ON p.fit_id = f.id WHERE p.probe_id = ?", [probe_id]))
 
     def set_probe_rmd(self, probe_id: int, fit_id: int, values, summary: dict) -> None:
         with self.transaction():
@@ -533,11 +524,7 @@ class Store:
         for key in ("options", "labels", "train", "metrics"):
             fields[key] = _dumps(fields.get(key, {}))
         with self.transaction():
-            cursor = self.db.execute(
-                f"INSERT INTO students ({', '.join(fields)}, created_at) VALUES ({', '.join('?' * len(fields))}, ?)",
-                [*fields.values(), now()],
-            )
-            student_id = cursor.lastrowid
+            student_id = self._insert("students", fields)
             for position, (teacher, probe_id) in enumerate(teachers):
                 self.db.execute(
                     "INSERT INTO student_teachers (student_id, position, teacher_id, teacher_name, fingerprint, probe_id) "
@@ -552,8 +539,7 @@ class Store:
 
     def remove_student(self, name: str) -> Student:
         student = self.student(name)
-        with self.transaction():
-            self.db.execute("DELETE FROM students WHERE id = ?", [student.id])
+        self._delete("students", student.id)
         return student
 
     def teacher_of_student(self, student_id: int) -> Teacher | None:
@@ -564,11 +550,8 @@ class Store:
     def add_evaluation(self, *, dataset_id: int, metrics: dict, student_id: int | None = None,
                        baseline: str | None = None) -> int:
         with self.transaction():
-            cursor = self.db.execute(
-                "INSERT INTO evaluations (student_id, baseline, dataset_id, metrics, created_at) VALUES (?, ?, ?, ?, ?)",
-                [student_id, baseline, dataset_id, _dumps(metrics), now()],
-            )
-        return cursor.lastrowid
+            return self._insert("evaluations", {"student_id": student_id, "baseline": baseline,
+                                                "dataset_id": dataset_id, "metrics": _dumps(metrics)})
 
     def evaluations(self, student_id: int | None = None) -> list[dict]:
         sql = ("SELECT e.id, s.name AS student, e.baseline, d.name AS data, e.metrics, e.created_at FROM evaluations e "
@@ -589,12 +572,9 @@ class Store:
                    size_bytes: int) -> Export:
         with self.transaction():
             self.db.execute("DELETE FROM exports WHERE path = ?", [path])
-            cursor = self.db.execute(
-                "INSERT INTO exports (student_id, path, quantize, opset, parity, size_bytes, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [student_id, path, quantize, opset, _dumps(parity), size_bytes, now()],
-            )
-        return self._export(self._one("SELECT * FROM exports WHERE id = ?", [cursor.lastrowid]))
+            export_id = self._insert("exports", {"student_id": student_id, "path": path, "quantize": quantize,
+                                                 "opset": opset, "parity": _dumps(parity), "size_bytes": size_bytes})
+        return self._export(self._one("SELECT * FROM exports WHERE id = ?", [export_id]))
 
     def exports(self, student_id: int | None = None) -> list[Export]:
         sql = "SELECT * FROM exports" + (" WHERE student_id = ?" if student_id is not None else "") + " ORDER BY id"

@@ -1,0 +1,50 @@
+"""kamal train-teacher: the same loop as amalgamate, registered as a teacher, Ctrl-C safe."""
+
+import pytest
+
+SETTINGS = ["--epochs", "3", "--lr", "3e-3", "--batch-size", "16", "--max-length", "32"]
+
+
+def test_train_teacher_registers_a_teacher_with_its_data(kamal, assets):
+    kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
+    result = kamal("train-teacher", "train", "--labels", "health,arts", "--name", "life", "--base", assets["encoder"], *SETTINGS)
+    assert "Trained teacher life on 120 rows (health, arts)" in result.stdout
+    [teacher] = kamal.json("teachers")
+    assert teacher["origin"] == "trained" and teacher["labels"] == ["health", "arts"]
+    [run] = kamal.json("runs")
+    assert run["kind"] == "train-teacher" and run["status"] == "done" and run["result"]["held_out_rows"] == 6
+
+
+def test_interrupt_and_resume(kamal, assets, monkeypatch):
+    import kamalcli.train.loop as loop
+
+    kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
+    real = loop.train
+
+    def interrupted(*a, **kw):
+        def stop(step):
+            if step == 4:
+                raise KeyboardInterrupt
+        return real(*a, **{**kw, "on_step": stop})
+
+    monkeypatch.setattr(loop, "train", interrupted)
+    args = ["train", "--labels", "world,sports", "--name", "news", "--base", assets["encoder"], *SETTINGS]
+    result = kamal("train-teacher", *args, code=130)
+    assert "kamal train-teacher --resume news" in result.stderr
+    assert kamal.json("teachers") == []
+    monkeypatch.setattr(loop, "train", real)
+    kamal("train-teacher", "--resume", "news")
+    assert [t["name"] for t in kamal.json("teachers")] == ["news"]
+    assert [r["status"] for r in kamal.json("runs")] == ["interrupted", "done"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["pool", "--labels", "a,b", "--name", "x"], "has no labels to train on"),
+    (["train", "--labels", "world", "--name", "x"], "at least two labels"),
+    (["train", "--labels", "world,cooking", "--name", "x"], "no rows labelled cooking"),
+    (["train", "--labels", "world,sports"], "give DATA, --labels"),
+])
+def test_bad_input(kamal, assets, args, message):
+    kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
+    kamal("add-data", assets["pool"], "--name", "pool")
+    assert message in kamal("train-teacher", *args, "--base", assets["encoder"], code=2).stderr
