@@ -59,8 +59,8 @@ class Profile:
 
 PROFILES = {
     # About 15 minutes a scenario on a 2-core CPU.
-    "quick": Profile("quick", "minilm-l3", transfer_rows=1500, test_rows=600, mc_samples=8, max_length=64,
-                     teacher_epochs=2, student_epochs=1, lr=2e-4),
+    "quick": Profile("quick", "minilm-l3", transfer_rows=2000, test_rows=600, mc_samples=8, max_length=64,
+                     teacher_epochs=2, student_epochs=1, lr=3e-4),
     # Every row; hours on a 2-core CPU, minutes on a GPU.
     "full": Profile("full", "minilm-l6", transfer_rows=None, test_rows=None, mc_samples=16, max_length=64,
                     teacher_epochs=1, student_epochs=1, lr=1e-4),
@@ -125,8 +125,19 @@ class Bench:
             from kamalcli.cli import cli
 
             cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
+            self._configure(root)
             self._add_data(Workspace(root))
         return Workspace(root)
+
+    def _configure(self, root: Path) -> None:
+        """The profile's probe settings become the workspace's, so every command reuses one probe cache."""
+        from kamalcli.workspace import set_config_values
+
+        p = self.profile
+        set_config_values(root / "kamal.toml", {
+            ("probe", "mc_samples"): str(p.mc_samples), ("probe", "max_length"): str(p.max_length),
+            ("train", "max_length"): str(p.max_length), ("train", "student"): f'"{p.base}"',
+        })
 
     def _add_data(self, ws: Workspace) -> None:
         data = ws.root / "data"

@@ -33,7 +33,7 @@ def update_readme() -> None:
             if path.is_file():
                 body = path.read_text().strip()
                 text = re.sub(rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)",
-                              lambda m: m.group(1) + body + m.group(2), text, flags=re.S)
+                              lambda m, body=body: m.group(1) + body + m.group(2), text, flags=re.S)
                 break
     readme.write_text(text)
 

@@ -149,7 +149,7 @@ def extension(bench: Bench) -> None:
     for name, labels in zip(names, thirds):
         bench.teacher(ws, name, labels)
     bench.probe(ws)
-    rows, payload = [], {}
+    payload = {}
     for seed in bench.seeds:
         a1 = bench.student(ws, "a-first", "muki-soft", names[:2], seed)
         extended = f"a-extended-s{seed}"

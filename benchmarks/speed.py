@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from common import REPO, Bench, Workspace, load_split, markdown, sample, write_results
 from scenarios import two_teacher_workspace

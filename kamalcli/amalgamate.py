@@ -6,7 +6,6 @@ rows come from the probe cache (computed first if missing).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace
-from kamalcli.probe.service import ProbeRequest
+from kamalcli.probe.runner import ProbeRequest
 
 HOLDOUT_SHARE = 0.05
 HOLDOUT_MAX = 1000
@@ -185,7 +184,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     from kamalcli.data import load_dataset_rows
     from kamalcli.fsutil import publish_dir
     from kamalcli.modeling import save_classifier
-    from kamalcli.probe.service import Runner
+    from kamalcli.probe.runner import Runner
     from kamalcli.runtime import resolve_device
     from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss
     from kamalcli.train.loop import train
@@ -198,9 +197,11 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     probes = []
     for teacher in teachers:
         settings = probe_request.settings_for(teacher)
-        probe, computed = runner.ensure(teacher, dataset, settings, need_layers=options_need_rmd(options))
-        if computed:
-            say(f"Probed {teacher.name} on {dataset.name} first (it was not cached).")
+        need_layers = options_need_rmd(options)
+        if not runner.cached(teacher, dataset, settings, need_layers):
+            say(f"Probing {teacher.name} on {dataset.name} first (K={settings.mc_samples}, max length "
+                f"{settings.max_length}){_other_probes(store, teacher, dataset)}.")
+        probe, _ = runner.ensure(teacher, dataset, settings, need_layers=need_layers)
         probes.append(probe)
     if options_need_rmd(options):
         fit_dataset = store.dataset(request.rmd_fit) if request.rmd_fit else None
@@ -259,6 +260,16 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
         labels=list(outputs.space.names), parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
         select_by=request.select_by, seed=train_config.seed, train=train_record, metrics={}, run_id=run.id,
     )
+
+
+def _other_probes(store, teacher, dataset) -> str:
+    others = {(p.options.get("mc_samples"), p.options.get("max_length"))
+              for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id)}
+    if not others:
+        return ""
+    listed = "; ".join(f"K={k}, max length {n}" for k, n in sorted(others))
+    return (f"; its cached probes differ ({listed}): pass --mc-samples, or set [probe] in kamal.toml, "
+            "to use one")
 
 
 def options_need_rmd(options) -> bool:

@@ -10,7 +10,6 @@ baseline, exports the muki-hard student to ONNX and classifies with it.
 from __future__ import annotations
 
 import json
-import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import click
 
 from kamalcli.errors import KamalError, KamalFailure
+from kamalcli.workspace import set_config_values
 
 TEACHERS = {"media": "games,graphics,sound", "research": "mail,math,science"}
 SETTINGS = {
@@ -33,19 +33,6 @@ EXAMPLES = [
     "Library for sparse linear algebra and numerical optimisation",
     "IMAP client that filters and sorts incoming messages",
 ]
-
-
-def _configure(config: Path, base: str) -> None:
-    """The demo's settings, written into the workspace's kamal.toml for the user to see."""
-    text = config.read_text(encoding="utf-8")
-    settings = {**SETTINGS, ("train", "student"): json.dumps(base)}
-    for (section, key), value in settings.items():
-        block = re.search(rf"(?ms)^\[{section}\]\n(.*?)(?=^\[|\Z)", text)
-        body = block.group(1)
-        line = re.compile(rf"(?m)^#? ?{key} = [^\n#]*")
-        new_body = line.sub(f"{key} = {value} ", body, count=1) if line.search(body) else f"{key} = {value}\n" + body
-        text = text[: block.start(1)] + new_body + text[block.end(1):]
-    config.write_text(text, encoding="utf-8")
 
 
 def run_demo(target: Path, *, force: bool, base: str) -> None:
@@ -64,7 +51,7 @@ def run_demo(target: Path, *, force: bool, base: str) -> None:
     if root.exists() and any(root.iterdir()) and not force:
         raise KamalError(f"{root} exists and is not empty; choose another --dir or pass --force")
     kamal("init", root, *(["--force"] if force else []), workspace=False)
-    _configure(root / "kamal.toml", base)
+    set_config_values(root / "kamal.toml", {**SETTINGS, ("train", "student"): json.dumps(base)})
     data = root / "data"
     data.mkdir(exist_ok=True)
     shipped = resources.files("kamalcli.resources").joinpath("demo")

@@ -55,7 +55,7 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
     """'ensemble' (argmax of concatenated logits) or 'teacher:NAME' (one teacher, other labels at zero)."""
     from kamalcli.amalgamate import teacher_outputs
     from kamalcli.methods.output_level import union_logits
-    from kamalcli.probe.service import Runner
+    from kamalcli.probe.runner import Runner
 
     texts, gold = _labelled(dataset)
     if baseline == "ensemble":

@@ -153,7 +153,7 @@ def find_head(model: nn.Module) -> nn.Linear:
 
 
 def _set_head(model: nn.Module, linear: nn.Linear) -> None:
-    head = getattr(model, "classifier")
+    head = model.classifier
     if isinstance(head, nn.Linear):
         model.classifier = linear
     else:

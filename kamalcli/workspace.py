@@ -102,6 +102,23 @@ class Workspace:
             os.close(fd)  # closing the descriptor releases the lock
 
 
+def set_config_values(config: Path, values: dict[tuple[str, str], str]) -> None:
+    """Set `key = value` (TOML literals) in sections of kamal.toml, keeping the rest of the file."""
+    import re
+
+    text = config.read_text(encoding="utf-8")
+    for (section, key), value in values.items():
+        block = re.search(rf"(?ms)^\[{section}\]\n(.*?)(?=^\[|\Z)", text)
+        if block is None:
+            text = text.rstrip("\n") + f"\n\n[{section}]\n{key} = {value}\n"
+            continue
+        body = block.group(1)
+        line = re.compile(rf"(?m)^#? ?{key} = [^\n#]*")
+        new_body = line.sub(f"{key} = {value} ", body, count=1) if line.search(body) else f"{key} = {value}\n" + body
+        text = text[: block.start(1)] + new_body + text[block.end(1):]
+    write_text_atomic(config, text)
+
+
 def find_workspace(explicit: str | os.PathLike | None = None, start: Path | None = None) -> Workspace:
     """--workspace, then KAMAL_WORKSPACE, then the nearest parent holding kamal.toml."""
     given = explicit or os.environ.get("KAMAL_WORKSPACE")

@@ -39,9 +39,11 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
 
 def test_probes_run_first_when_missing_and_are_reused(two_teachers, assets):
     result = two_teachers("amalgamate", "--method", "uhc", "--name", "u1", *train_args(assets))
-    assert "Probed news on pool first" in result.stderr
+    assert "Probing news on pool first (K=16, max length 128)." in result.stderr
     result = two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "v1", *train_args(assets))
     assert "first" not in result.stderr
+    result = two_teachers("amalgamate", "--method", "uhc", "--name", "u2", "--mc-samples", "2", *train_args(assets))
+    assert "its cached probes differ (K=16, max length 128)" in result.stderr
 
 
 def test_a_good_teacher_selection_gives_a_good_student(two_teachers, assets):

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 TRAIN = ["--epochs", "4", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
 

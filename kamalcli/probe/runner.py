@@ -1,0 +1,337 @@
+"""The probe cache: each teacher runs once per dataset and setting; RMD fits; selection quality.
+
+Steps: (1) ensure a cached probe for every (teacher, dataset) pair; (2) fit
+relative-Mahalanobis models per teacher and score every probe; (3) on labelled
+datasets, measure how well each confidence score selects the right teacher.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.probe.arrays import ProbeArrays, ProbeSettings, default_layers
+from kamalcli.probe.figures import row_scores, rmd_split_means, selection_table, summarize
+
+PSEUDO_CONFIDENCE = 0.9  # max probability above which a transfer row counts as in-distribution
+PSEUDO_MIN_SHARE = 0.1   # ...but at least this share of rows, the most confident ones
+
+
+def pseudo_in_distribution(max_prob: np.ndarray) -> np.ndarray:
+    """Rows a teacher is confident on: max prob >= 0.9, or else its most confident 10%."""
+    keep = max_prob >= PSEUDO_CONFIDENCE
+    floor = min(len(max_prob), max(10, int(np.ceil(PSEUDO_MIN_SHARE * len(max_prob)))))
+    if keep.sum() < floor:
+        keep = np.zeros(len(max_prob), dtype=bool)
+        keep[np.argsort(-max_prob, kind="stable")[:floor]] = True
+    return keep
+
+
+def _digest(data) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """What the user asked for; per-teacher settings are derived from it."""
+
+    mc_samples: int = 16
+    dropout: float | None = None
+    max_length: int = 128
+    layers: str = "default"  # "default", "all" or "3,6"
+    seed: int = 0
+
+    @property
+    def options_key(self) -> str:
+        return _digest({"mc": self.mc_samples, "p": self.dropout, "len": self.max_length,
+                        "layers": self.layers, "seed": self.seed})[:16]
+
+    def settings_for(self, teacher) -> ProbeSettings:
+        depth = teacher.num_layers or 1
+        if self.layers == "default":
+            layers = default_layers(depth)
+        elif self.layers == "all":
+            layers = tuple(range(1, depth + 1))
+        elif self.layers in ("", "none"):
+            layers = ()
+        else:
+            try:
+                layers = tuple(sorted({int(x) for x in self.layers.split(",")}))
+            except ValueError:
+                raise KamalError(f"--rmd-layers {self.layers!r}: give layer numbers like 3,6, or all") from None
+            bad = [x for x in layers if not 0 <= x <= depth]
+            if bad:
+                raise KamalError(f"--rmd-layers: teacher {teacher.name} has layers 0..{depth} (got {bad})")
+        settings = ProbeSettings(self.mc_samples, self.dropout, self.max_length, layers, self.seed)
+        settings.validate()
+        return settings
+
+    def as_json(self) -> dict:
+        return {"mc_samples": self.mc_samples, "dropout": self.dropout, "max_length": self.max_length,
+                "layers": self.layers, "seed": self.seed}
+
+
+def probe_key(teacher, dataset, settings: ProbeSettings) -> str:
+    return _digest({"teacher": teacher.fingerprint, "data": dataset.content_hash, **settings.cache_fields()})
+
+
+@dataclass
+class Runner:
+    """Runs probes for one `kamal probe` (or amalgamate) invocation."""
+
+    workspace: object
+    store: object
+    device: str = "auto"  # resolved when a model first has to run (a cache hit never loads torch)
+    batch_size: int = 32
+    mode: str = "auto"
+    run_id: int | None = None
+    options_key: str = ""
+
+    # -- (1) probes ------------------------------------------------------------
+    def ensure(self, teacher, dataset, settings: ProbeSettings, *, need_layers: bool = True):
+        """The cached probe for this pair and setting, computing it if needed. Returns (probe, computed).
+
+        A probe with more pooled layers serves a request for fewer; with
+        need_layers=False (no RMD wanted) any pooled layers will do.
+        """
+        for found in self._compatible(teacher, dataset, settings, need_layers):
+            if (Path(found.path) / "meta.json").is_file():
+                return found, False
+            self.store.delete_probe(found.id)  # its files are gone: recompute
+        return self._compute(teacher, dataset, settings, probe_key(teacher, dataset, settings)), True
+
+    def cached(self, teacher, dataset, settings: ProbeSettings, need_layers: bool = True) -> bool:
+        return any((Path(p.path) / "meta.json").is_file() for p in self._compatible(teacher, dataset, settings, need_layers))
+
+    def logits_probe(self, teacher, dataset, max_length: int):
+        """Any probe of the pair with this max length has the deterministic logits; else a K=1 one."""
+        for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
+            if p.options.get("max_length") == max_length and (Path(p.path) / "meta.json").is_file():
+                return p
+        settings = ProbeSettings(mc_samples=1, dropout=None, max_length=max_length, layers=(), seed=0)
+        probe, _ = self.ensure(teacher, dataset, settings, need_layers=False)
+        return probe
+
+    def _compatible(self, teacher, dataset, settings: ProbeSettings, need_layers: bool) -> list:
+        exact = self.store.find_probe(probe_key(teacher, dataset, settings))
+        wanted = {k: v for k, v in settings.cache_fields().items() if k != "layers"}
+        others = []
+        for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
+            if exact is not None and p.id == exact.id:
+                continue
+            same = {k: v for k, v in p.options.items() if k != "layers"} == wanted
+            layers_ok = not need_layers or set(settings.layers) <= set(p.options.get("layers", []))
+            if same and layers_ok:
+                others.append(p)
+        return ([exact] if exact is not None else []) + others
+
+    def _compute(self, teacher, dataset, settings: ProbeSettings, key: str):
+        from kamalcli.batching import encode
+        from kamalcli.data import load_dataset_rows
+        from kamalcli.fsutil import publish_dir, write_json_atomic
+        from kamalcli.modeling import load_classifier, load_tokenizer
+        from kamalcli.probe.mc_dropout import check_dropout, pick_mode, run_teacher
+        from kamalcli.progress import progress_bar
+        from kamalcli.teachers import weights_fingerprint
+
+        folder = Path(teacher.path)
+        if not folder.is_dir():
+            raise KamalError(f"teacher {teacher.name}'s folder is gone: {folder}")
+        if weights_fingerprint(folder) != teacher.fingerprint:
+            raise KamalError(
+                f"teacher {teacher.name}'s weights at {folder} changed since it was registered; "
+                "remove it and add it again"
+            )
+        texts, labels = load_dataset_rows(dataset)
+        model = load_classifier(folder)
+        if model.config.num_labels != len(teacher.labels):
+            raise KamalError(f"teacher {teacher.name} now has {model.config.num_labels} classes, not {len(teacher.labels)}")
+        check_dropout(model, settings, teacher.name)
+        encoded = encode(load_tokenizer(folder), texts, settings.max_length)
+        from kamalcli.runtime import resolve_device
+
+        self.device = resolve_device(self.device)
+        mode = pick_mode(self.mode, self.device)
+        staging = self.workspace.tmp_dir()
+        started = time.perf_counter()
+        try:
+            label = f"probe {teacher.name} on {dataset.name} (K={settings.mc_samples})"
+            with progress_bar(len(texts), label) as bar:
+                run_teacher(model, encoded, settings, staging, device=self.device,
+                            batch_size=self.batch_size, mode=mode, advance=bar.advance)
+            seconds = time.perf_counter() - started
+            write_json_atomic(staging / "meta.json", {
+                "teacher": teacher.name, "fingerprint": teacher.fingerprint, "dataset": dataset.name,
+                "content_hash": dataset.content_hash, "settings": settings.cache_fields(),
+                "layers": list(settings.layers), "labels": list(teacher.labels), "rows": len(texts),
+                "mode": mode, "device": self.device, "batch_size": self.batch_size, "seconds": seconds,
+            })
+            arrays = ProbeArrays.load(staging)
+            rows = row_scores(arrays)
+            summary = summarize(rows, teacher.labels, labels)
+            summary["examples_per_second"] = len(texts) / max(seconds, 1e-9)
+            final = self.workspace.artifact_dir("probes") / key[:32]
+            del arrays
+            publish_dir(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return self.store.add_probe(
+            rows, teacher_id=teacher.id, dataset_id=dataset.id, key=key,
+            options_key=self.options_key, options=settings.cache_fields(), path=str(final),
+            num_rows=len(texts), summary=summary, seconds=seconds, run_id=self.run_id,
+        )
+
+    # -- (2) relative Mahalanobis ---------------------------------------------------
+    def fit_rmd(self, teacher, settings: ProbeSettings, probes: list, fit_dataset=None) -> dict | None:
+        """Fit the teacher's RMD models and score its probes. Returns a note, or None without layers."""
+        from kamalcli.probe.rmd import RMDModel
+
+        if not settings.layers or not probes:
+            return None
+        source, dataset = self._rmd_source(teacher, fit_dataset, probes)
+        fit_key = _digest({"teacher": teacher.fingerprint, "source": source, "data": dataset.content_hash,
+                           "layers": list(settings.layers), "len": settings.max_length,
+                           "pseudo": [PSEUDO_CONFIDENCE, PSEUDO_MIN_SHARE] if source == "pseudo" else None})
+        fit = self.store.find_rmd_fit(fit_key)
+        if fit is not None and not Path(fit.path).is_dir():
+            self.store.delete_rmd_fit(fit.id)
+            fit = None
+        if fit is None:
+            fit = self._fit(teacher, settings, source, dataset, fit_key)
+        probes = [p for p in probes if getattr(self.store.rmd_fit_of(p.id), "id", None) != fit.id]
+        if not probes:
+            return None
+        models = {layer: RMDModel.load(Path(fit.path) / f"rmd-L{layer}.npz") for layer in settings.layers}
+        last = max(settings.layers)
+        for probe in probes:
+            arrays = ProbeArrays.load(Path(probe.path))
+            values = models[last].score(arrays.features[last])
+            summary = dict(probe.summary)
+            summary["rmd"] = {"source": source, "fit_data": dataset.name, "fit_rows": fit.num_rows,
+                              "layer": last, "circular": source == "pseudo",
+                              **rmd_split_means(values, self._in_domain(teacher, probe))}
+            self.store.set_probe_rmd(probe.id, fit.id, values, summary)
+        return {"teacher": teacher.name, "source": source, "data": dataset.name, "rows": fit.num_rows}
+
+    def _fit(self, teacher, settings: ProbeSettings, source: str, dataset, fit_key: str):
+        from kamalcli.data import load_dataset_rows
+        from kamalcli.fsutil import publish_dir
+        from kamalcli.probe.rmd import fit_rmd
+
+        source_probe = self._features_probe(teacher, dataset, settings, replace(settings, mc_samples=1))
+        arrays = ProbeArrays.load(Path(source_probe.path))
+        if source == "pseudo":
+            probs = arrays.probs()
+            keep = pseudo_in_distribution(probs.max(axis=1))
+            local = probs.argmax(axis=1)
+            everything = np.ones(len(local), dtype=bool)
+        else:
+            _, gold = load_dataset_rows(dataset)
+            position = {name: i for i, name in enumerate(teacher.labels)}
+            local = np.array([position.get(g, -1) for g in gold])
+            keep = local >= 0
+            # The teacher's own training rows are all in-distribution; a labelled
+            # set may hold other classes too, which only the background sees.
+            everything = keep if source == "teacher-train" else np.ones(len(local), dtype=bool)
+        if keep.sum() < 2:
+            raise KamalError(
+                f"cannot fit relative Mahalanobis for {teacher.name}: only {int(keep.sum())} in-distribution "
+                f"rows in {dataset.name} ({source}); give labelled data with --rmd-fit or use --no-rmd"
+            )
+        staging = self.workspace.tmp_dir()
+        try:
+            for layer in settings.layers:
+                features = np.asarray(arrays.features[layer])
+                fit_rmd(features[keep], local[keep], features[everything]).save(staging / f"rmd-L{layer}.npz")
+            final = self.workspace.artifact_dir("probes") / f"rmd-{fit_key[:32]}"
+            publish_dir(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return self.store.add_rmd_fit(teacher_id=teacher.id, key=fit_key, source=source, dataset_id=dataset.id,
+                                      layers=list(settings.layers), num_rows=int(keep.sum()), path=str(final))
+
+    def _rmd_other_layers(self, teachers, probes: dict) -> dict[str, dict]:
+        """Confidence -RMD at each fitted layer but the last (that one is in the rows), per teacher."""
+        from kamalcli.probe.rmd import RMDModel
+
+        fits = {t.id: self.store.rmd_fit_of(probes[t.id].id) for t in teachers}
+        if any(f is None for f in fits.values()):
+            return {}
+        shared = set.intersection(*(set(f.layers[:-1]) for f in fits.values()))
+        extra = {}
+        for layer in sorted(shared):
+            extra[f"rmd@L{layer}"] = {
+                t.id: -RMDModel.load(Path(fits[t.id].path) / f"rmd-L{layer}.npz").score(
+                    ProbeArrays.load(Path(probes[t.id].path)).features[layer])
+                for t in teachers
+            }
+        return extra
+
+    def _in_domain(self, teacher, probe) -> np.ndarray | None:
+        from kamalcli.data import load_dataset_rows
+
+        dataset = self.store.dataset_by_id(probe.dataset_id)
+        if not dataset.has_labels:
+            return None
+        _, gold = load_dataset_rows(dataset)
+        owned = set(teacher.labels)
+        return np.array([g in owned for g in gold], dtype=bool)
+
+    def _rmd_source(self, teacher, fit_dataset, probes):
+        if fit_dataset is not None:
+            if not fit_dataset.has_labels:
+                raise KamalError(f"--rmd-fit {fit_dataset.name}: that dataset has no labels")
+            return "labelled", fit_dataset
+        if teacher.train_dataset_id is not None:
+            return "teacher-train", self.store.dataset_by_id(teacher.train_dataset_id)
+        transfer = [self.store.dataset_by_id(p.dataset_id) for p in probes]
+        transfer = [d for d in transfer if d.role == "transfer"] or self.store.datasets(role="transfer")
+        if not transfer:
+            raise KamalError(
+                f"relative Mahalanobis for {teacher.name} needs in-distribution features: add transfer data, "
+                "give labelled data with --rmd-fit NAME, or use --no-rmd"
+            )
+        return "pseudo", transfer[0]
+
+    def _features_probe(self, teacher, dataset, settings, feature_settings):
+        """Any probe of this pair with the same features will do (K does not change them)."""
+        for candidate in (settings, feature_settings):
+            found = self.store.find_probe(probe_key(teacher, dataset, candidate))
+            if found is not None and (Path(found.path) / "meta.json").is_file():
+                return found
+        probe, _ = self.ensure(teacher, dataset, feature_settings)
+        return probe
+
+    # -- (3) selection quality -------------------------------------------------------
+    def measure_selection(self, dataset) -> dict | None:
+        """Per score: how often the most confident teacher owns the gold label; stored."""
+        from kamalcli.data import load_dataset_rows
+
+        if not dataset.has_labels:
+            return None
+        probes = self.store.probes(dataset_id=dataset.id, options_key=self.options_key)
+        latest = {}
+        for p in probes:
+            latest[p.teacher_id] = p
+        teachers = [t for t in self.store.teachers() if t.id in latest]
+        if len(teachers) < 2:
+            return None
+        _, gold = load_dataset_rows(dataset)
+        space = self.store.label_space(teachers)
+        results = selection_table(
+            gold, space, teachers, {t.id: self.store.probe_rows(latest[t.id].id) for t in teachers},
+            {t.id: ProbeArrays.load(Path(latest[t.id].path)).probs() for t in teachers},
+            self._rmd_other_layers(teachers, latest),
+        )
+        self.store.replace_selection(dataset.id, self.options_key, [t.name for t in teachers],
+                                     [latest[t.id].id for t in teachers], results)
+        return results
