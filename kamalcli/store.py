@@ -336,8 +336,9 @@ class Store:
         self._delete("datasets", dataset.id)
         return dataset
 
-    def dataset_path_in_use(self, path: str) -> bool:
-        return self._one("SELECT 1 FROM datasets WHERE path = ?", [path]) is not None
+    def dataset_shared(self, dataset: Dataset) -> bool:
+        """Whether another dataset uses the same workspace copy (same content)."""
+        return self._one("SELECT 1 FROM datasets WHERE path = ? AND id != ?", [dataset.path, dataset.id]) is not None
 
     # -- runs -------------------------------------------------------------
     def _run(self, row: dict) -> Run:
@@ -432,6 +433,13 @@ class Store:
         rows = cursor.fetchall()
         names = [*PROBE_ROW_COLUMNS, "rmd"]
         return {name: [r[i] for r in rows] for i, name in enumerate(names)}
+
+    def probe_artifacts(self, *, teacher_id: int | None = None, dataset_id: int | None = None) -> list[str]:
+        """Folders of the probes (and RMD fits) that removing this teacher or dataset deletes."""
+        paths = [p.path for p in self.probes(teacher_id=teacher_id, dataset_id=dataset_id)]
+        column, value = ("teacher_id", teacher_id) if teacher_id is not None else ("dataset_id", dataset_id)
+        paths += [r["path"] for r in self._rows(f"SELECT path FROM rmd_fits WHERE {column} = ?", [value])]
+        return paths
 
     def delete_probe(self, probe_id: int) -> None:
         self._delete("probes", probe_id)

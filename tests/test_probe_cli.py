@@ -104,3 +104,15 @@ def test_probe_without_anything(kamal, assets):
     assert "no teachers to probe" in kamal("probe", code=2).stderr
     kamal("add-teacher", assets["teacher_a"], "--name", "a")
     assert "no data to probe on" in kamal("probe", code=2).stderr
+
+
+def test_removing_a_teacher_or_dataset_removes_its_cached_probes(two_teachers, ws):
+    two_teachers("probe", "--mc-samples", "2")
+    probes_dir = ws / ".kamal" / "artifacts" / "probes"
+    before = len(list(probes_dir.iterdir()))
+    result = two_teachers("remove-teacher", "money")
+    assert "and 3 cached probe folders" in result.stdout  # two probes and one RMD fit
+    assert len(list(probes_dir.iterdir())) == before - 3
+    two_teachers("remove-data", "test")
+    assert _probe_count(ws)[0] == 1
+    assert len(list((ws / ".kamal" / "artifacts" / "data").iterdir())) == 1

@@ -53,8 +53,15 @@ def data_list(app: App, as_json: bool) -> None:
 @pass_app
 def remove_data(app: App, name: str) -> None:
     """Forget a dataset (and the probes computed on it)."""
+    from kamalcli.fsutil import remove_artifacts
+
     with app.writer() as store:
-        dataset = store.remove_dataset(name)
+        dataset = store.dataset(name)
+        paths = store.probe_artifacts(dataset_id=dataset.id)
+        if not store.dataset_shared(dataset):
+            paths.append(dataset.path)
+        store.remove_dataset(name)
+    remove_artifacts(app.workspace, paths)
     click.echo(f"Removed dataset {dataset.name} (the file {dataset.source} was not touched)")
 
 

@@ -60,9 +60,14 @@ def teachers(app: App, as_json: bool) -> None:
 @pass_app
 def remove_teacher(app: App, name: str) -> None:
     """Forget a teacher (its probes go too; students trained from it keep their record)."""
+    from kamalcli.fsutil import remove_artifacts
+
     with app.writer() as store:
+        paths = store.probe_artifacts(teacher_id=store.teacher(name).id)
         teacher = store.remove_teacher(name)
-    click.echo(f"Removed teacher {teacher.name} (its files at {teacher.path} were not touched)")
+    remove_artifacts(app.workspace, paths)
+    click.echo(f"Removed teacher {teacher.name} and {len(paths)} cached probe folders "
+               f"(its model files at {teacher.path} were not touched)")
 
 
 @click.command("train-teacher")
