@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from common import HALF_A, HALF_B, Bench, markdown, pct, summarize, write_results
 
 MUKI_METHODS = [
@@ -14,13 +16,18 @@ ABLATIONS = [
     ("muki-hard w/o MC dropout", "muki-hard", ("mc=false",)),
     ("muki-hard w/o re-weighting", "muki-hard", ("reweight=false",)),
 ]
+# kamal's own: the teacher picked by relative Mahalanobis distance instead of MC dropout
+RMD_VARIANTS = [
+    ("muki-hard, RMD selection (kamal)", "muki-hard", ("score=rmd",)),
+    ("muki-soft, RMD selection (kamal)", "muki-soft", ("score=rmd",)),
+]
 
 
 def _student_rows(bench: Bench, ws, teachers: list[str], methods, base: str | None = None,
                   tag: str = "") -> tuple[list, dict]:
     rows, payload = [], {}
     for label, method, options in methods:
-        name = (tag + label).replace(" ", "-").replace("/", "")
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", (tag + label).replace("/", "")).strip("-")
         results = [bench.student(ws, name, method, teachers, seed, options, base) for seed in bench.seeds]
         acc = summarize([r["accuracy"] for r in results])
         f1 = summarize([r["macro_f1"] for r in results])
@@ -73,7 +80,7 @@ def muki_table(bench: Bench) -> None:
     teachers = ["half-a", "half-b"]
     supervised, supervised_payload = _supervised_row(bench)
     fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
-    students, student_payload = _student_rows(bench, ws, teachers, MUKI_METHODS + ABLATIONS)
+    students, student_payload = _student_rows(bench, ws, teachers, MUKI_METHODS + ABLATIONS + RMD_VARIANTS)
     table = markdown(["method", "accuracy %", "macro-F1 %"], [supervised, *fixed, *students])
     upper = supervised_payload["accuracy"]["mean"]
     ratios = {k: v["accuracy"]["mean"] / upper for k, v in student_payload.items()}
