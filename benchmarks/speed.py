@@ -28,6 +28,7 @@ def _fresh(bench: Bench, key: str, teachers: dict[str, str], rows: list[dict]) -
 
     shutil.rmtree(root, ignore_errors=True)
     cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
+    bench._configure(root)
     ws = Workspace(root)
     data = root / "rows.jsonl"
     data.write_text("".join(json.dumps({"text": r["text"], "label": r["label"]}) + "\n" for r in rows))

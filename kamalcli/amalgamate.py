@@ -6,6 +6,7 @@ rows come from the probe cache (computed first if missing).
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -175,6 +176,7 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
             say(f"Stopped: a checkpoint was saved. Continue with `kamal amalgamate --resume {name}`.")
             raise
         run.result = {"student": student.name, "path": student.path, **student.train}
+    shutil.rmtree(workdir, ignore_errors=True)  # checkpoints matter only to an unfinished run
     return student
 
 

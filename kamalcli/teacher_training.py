@@ -7,6 +7,7 @@ on gold labels; a held-out slice of those rows picks the best step.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -118,6 +119,7 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
         run.result = {"teacher": teacher.name, "path": str(final), "rows": int(len(texts)), "steps": result.steps,
                       "seconds": result.seconds, "examples_per_second": result.examples_per_second,
                       "held_out_accuracy": accuracy, "held_out_loss": result.best_metric, "held_out_rows": int(size)}
+    shutil.rmtree(workdir, ignore_errors=True)  # checkpoints matter only to an unfinished run
     return teacher, run.result
 
 

@@ -35,6 +35,7 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     assert json.loads((folder / "kamal.json").read_text())["teachers"][0]["name"] == "news"
     runs = [r for r in two_teachers.json("runs") if r["kind"] == "amalgamate"]
     assert [r["status"] for r in runs] == ["done"] * 4
+    assert not any((two_teachers.workspace / ".kamal" / "artifacts" / "runs").iterdir())  # checkpoints cleared
 
 
 def test_probes_run_first_when_missing_and_are_reused(two_teachers, assets):
@@ -120,8 +121,11 @@ def test_ctrl_c_then_resume_matches_an_uninterrupted_run(two_teachers, assets, m
     assert "kamal amalgamate --resume cut" in result.stderr
     assert "cut" not in {s["name"] for s in two_teachers.json("students")}
     assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "cut"] == ["interrupted"]
+    runs_dir = two_teachers.workspace / ".kamal" / "artifacts" / "runs"
+    assert len(list(runs_dir.iterdir())) == 1  # the interrupted run keeps its checkpoint
     monkeypatch.setattr(loop, "train", real)
     two_teachers("amalgamate", "--resume", "cut")
+    assert not any(runs_dir.iterdir())
     students = {s["name"]: s for s in two_teachers.json("students")}
     a = load_file(str(Path(students["straight"]["path"]) / "model.safetensors"))
     b = load_file(str(Path(students["cut"]["path"]) / "model.safetensors"))
