@@ -20,6 +20,8 @@ ABLATIONS = [
 RMD_VARIANTS = [
     ("muki-hard, RMD selection (kamal)", "muki-hard", ("score=rmd",)),
     ("muki-soft, RMD selection (kamal)", "muki-soft", ("score=rmd",)),
+    ("muki-hard, per-teacher rank (kamal)", "muki-hard", ("calibrate=rank",)),
+    ("muki-soft, per-teacher rank (kamal)", "muki-soft", ("calibrate=rank",)),
 ]
 
 
@@ -156,37 +158,41 @@ def extension(bench: Bench) -> None:
     for name, labels in zip(names, thirds):
         bench.teacher(ws, name, labels)
     bench.probe(ws)
-    payload = {}
+    routes = {
+        "(a) 1+2, then extend with 3 (calibrate=rank, kamal's default)": ("extend", "rank"),
+        "(a) 1+2, then extend with 3 (calibrate=none, raw confidences)": ("extend", "none"),
+        "(b) all three from scratch (muki-soft as published)": ("scratch", "none"),
+        "(b) all three from scratch (calibrate=rank)": ("scratch", "rank"),
+    }
+    per_seed = {route: [] for route in routes}
     for seed in bench.seeds:
-        a1 = bench.student(ws, "a-first", "muki-soft", names[:2], seed)
-        extended = f"a-extended-s{seed}"
-        if not ws.has_student(extended):
-            bench.say(f"extend a-first-s{seed} with third-3")
-            ws("extend", f"a-first-s{seed}", "--teacher", "third-3", "--name", extended, "--data", "transfer",
-               "--mc-samples", str(bench.profile.mc_samples), *bench.profile.train_args(bench.profile.student_epochs, seed))
-        a2 = ws.json("eval", extended, "--data", "test")
-        a2_train = next(s for s in ws.json("students") if s["name"] == extended)["train"]
-        b = bench.student(ws, "b-scratch", "muki-soft", names, seed)
-        b_split = _old_new(ws, f"b-scratch-s{seed}", old_labels)
-        payload[seed] = {"a_first": a1["accuracy"], "a_extended": a2["accuracy"],
-                         "a_old": a2["old_label_accuracy"], "a_new": a2["new_label_accuracy"],
-                         "a_extension_seconds": a2_train["seconds"], "b_scratch": b["accuracy"],
-                         "b_old": b_split[0], "b_new": b_split[1], "b_seconds": b["train_seconds"],
-                         "a_first_seconds": a1["train_seconds"]}
-    keys = ["a_extended", "a_old", "a_new", "a_extension_seconds", "b_scratch", "b_old", "b_new", "b_seconds"]
-    agg = {k: summarize([payload[s][k] for s in bench.seeds]) for k in keys}
-    table = markdown(
-        ["route", "test accuracy %", "old labels (7) %", "new labels (4) %", "training seconds"],
-        [["(a) teachers 1+2, then extend with 3", pct(agg["a_extended"]), pct(agg["a_old"]), pct(agg["a_new"]),
-          f"{agg['a_extension_seconds']['mean']:.0f} (extension step)"],
-         ["(b) all three teachers from scratch", pct(agg["b_scratch"]), pct(agg["b_old"]), pct(agg["b_new"]),
-          f"{agg['b_seconds']['mean']:.0f}"]],
-    )
-    write_results(bench, {"per_seed": payload, "summary": agg, "thirds": thirds}, table)
+        bench.student(ws, "a-first", "muki-soft", names[:2], seed)
+        for route, (kind, calibrate) in routes.items():
+            if kind == "extend":
+                name = f"a-ext-{calibrate}-s{seed}"
+                if not ws.has_student(name):
+                    bench.say(f"extend a-first-s{seed} with third-3 ({calibrate})")
+                    ws("extend", f"a-first-s{seed}", "--teacher", "third-3", "--name", name, "--data", "transfer",
+                       "--option", f"calibrate={calibrate}", "--mc-samples", str(bench.profile.mc_samples),
+                       *bench.profile.train_args(bench.profile.student_epochs, seed))
+                seconds = next(s for s in ws.json("students") if s["name"] == name)["train"]["seconds"]
+            else:
+                result = bench.student(ws, f"b-{calibrate}", "muki-soft", names, seed, (f"calibrate={calibrate}",))
+                name, seconds = f"b-{calibrate}-s{seed}", result["train_seconds"]
+            metrics = ws.json("eval", name, "--data", "test")
+            old, new = _old_new(metrics, old_labels)
+            per_seed[route].append({"accuracy": metrics["accuracy"], "old": old, "new": new, "seconds": seconds})
+    rows, summary = [], {}
+    for route, results in per_seed.items():
+        agg = {k: summarize([r[k] for r in results]) for k in ("accuracy", "old", "new", "seconds")}
+        summary[route] = agg
+        rows.append([route, pct(agg["accuracy"]), pct(agg["old"]), pct(agg["new"]), f"{agg['seconds']['mean']:.0f}"])
+    headers = ["route", "test accuracy %", f"old labels ({len(old_labels)}) %", f"new labels ({len(thirds[2])}) %",
+               "training seconds (extension step for a)"]
+    write_results(bench, {"per_seed": per_seed, "summary": summary, "thirds": thirds}, markdown(headers, rows))
 
 
-def _old_new(ws, student: str, old_labels: list[str]) -> tuple[float | None, float | None]:
-    metrics = ws.json("eval", student, "--data", "test")
+def _old_new(metrics: dict, old_labels: list[str]) -> tuple[float | None, float | None]:
     labels = metrics["labels"]
     confusion = metrics["confusion"]
     def accuracy(names):

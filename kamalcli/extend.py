@@ -63,7 +63,13 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
     if store.find_student(name) is not None:
         raise KamalError(f"a student named {name!r} exists already; choose another --name")
     method = base.method or parent.method
-    options = base.options if (base.options or base.method) else _option_pairs(parent.options)
+    options = list(base.options) if (base.options or base.method) else _option_pairs(parent.options)
+    if method.startswith("muki") and not any(o.split("=")[0].strip() == "calibrate" for o in base.options):
+        # The old student, distilled on soft targets, is less sure of everything than a freshly
+        # fine-tuned teacher; compared raw, it loses its own labels (measured: benchmarks, extension).
+        options = [o for o in options if not o.startswith("calibrate=")] + ["calibrate=rank"]
+        say("Teacher confidences are compared per teacher (calibrate=rank): the old student is less sure "
+            "of everything than a new teacher. --option calibrate=none compares them raw.")
     shared = sorted({label for t in new for label in t.labels if label in known})
     if shared:
         say(f"Labels {', '.join(shared)} are known to {parent.name} and taught again by the new teacher(s): "

@@ -62,6 +62,23 @@ def test_muki_soft_weights_teachers_by_softmax_of_confidence_over_tau():
     assert np.allclose(t.sum(axis=1), 1, atol=1e-6)
 
 
+def test_rank_calibration_compares_each_teacher_with_itself():
+    from kamalcli.methods.output_level import per_teacher_rank
+
+    # teacher b is less sure of everything, yet row 1 is relatively its most confident
+    c = np.array([[0.9, 0.3], [0.8, 0.5], [0.7, 0.1]])
+    assert np.allclose(per_teacher_rank(c), [[1.0, 2 / 3], [2 / 3, 1.0], [1 / 3, 1 / 3]])
+    base = outputs()
+    out = TeacherOutputs(base.space, base.teachers, base.logits, {"mc-dropout": c})
+    m = get_method("muki-hard")
+    assert m.build(out, m.parse([])).info["chosen_share"] == {"a": 1.0, "b": 0.0}
+    ranked = m.build(out, m.parse(["calibrate=rank"]))
+    assert ranked.info["calibrate"] == "rank"
+    assert ranked.info["chosen_share"] == {"a": 0.6667, "b": 0.3333}  # rounded to 4 places
+    assert np.allclose(ranked.arrays["target"][1], np.r_[0, 0, softmax(out.logits[1][1])], atol=1e-6)
+    assert np.allclose(ranked.weights, [1 / 3, 1 / 3, 0.0])
+
+
 def test_vanilla_kd_is_softmax_of_concatenated_logits():
     out = outputs()
     m = get_method("vanilla-kd")

@@ -17,6 +17,7 @@ import numpy as np
 from kamalcli.methods.base import Objective, Options, TeacherOutputs, require
 
 Score = Literal["mc-dropout", "entropy", "max-prob", "rmd"]
+Calibration = Literal["none", "rank"]
 
 
 def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -47,6 +48,7 @@ class MukiHardOptions(Options):
     mc: bool = True               # False: plain entropy instead of MC dropout (the paper's ablation)
     reweight: bool = True         # instance re-weighting by the confidence margin
     score: Score = "mc-dropout"   # which confidence picks the teacher (kamal: also max-prob, rmd)
+    calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
     temperature: float = 1.0      # softens the teachers' distributions and the student's alike
 
     def check(self) -> None:
@@ -66,8 +68,23 @@ class MukiSoftOptions(MukiHardOptions):
         require(self.tau > 0, "tau must be above 0")
 
 
+def per_teacher_rank(confidence: np.ndarray) -> np.ndarray:
+    """Each teacher's confidence -> its percentile among that teacher's own rows, in (0, 1].
+
+    A teacher that is less sure of everything (a distilled student acting as a
+    teacher, a small model) is otherwise out-voted on its own labels by a
+    sharper teacher that is over-confident out of its domain.
+    """
+    from kamalcli.probe.selection import rankdata
+
+    n = confidence.shape[0]
+    return np.stack([rankdata(confidence[:, i]) / n for i in range(confidence.shape[1])], axis=1)
+
+
 def _muki_common(outputs: TeacherOutputs, options: MukiHardOptions):
     confidence = outputs.score(options.confidence_score)
+    if options.calibrate == "rank":
+        confidence = per_teacher_rank(confidence)
     padded = np.stack([outputs.padded(i, options.temperature) for i in range(len(outputs.teachers))])  # (N, n, |Y|)
     weights = margin(confidence) if options.reweight else None
     return confidence, padded, weights
@@ -78,7 +95,8 @@ def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Object
     chosen = confidence.argmax(axis=1)
     target = padded[chosen, np.arange(outputs.num_rows)]
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
-    info = {"score": options.confidence_score, "chosen_share": dict(zip(outputs.teachers, share.round(4).tolist()))}
+    info = {"score": options.confidence_score, "calibrate": options.calibrate,
+            "chosen_share": dict(zip(outputs.teachers, share.round(4).tolist()))}
     if weights is not None:
         info["mean_weight"] = float(weights.mean())
     return Objective({"target": target.astype(np.float32)}, _kl_loss(options.temperature), weights, info)
@@ -88,7 +106,8 @@ def build_muki_soft(outputs: TeacherOutputs, options: MukiSoftOptions) -> Object
     confidence, padded, weights = _muki_common(outputs, options)
     w = _softmax(confidence / options.tau, axis=1)              # (n, N)
     target = np.einsum("nt,tny->ny", w, padded)
-    info = {"score": options.confidence_score, "mean_teacher_weight": dict(zip(outputs.teachers, w.mean(axis=0).round(4).tolist()))}
+    info = {"score": options.confidence_score, "calibrate": options.calibrate,
+            "mean_teacher_weight": dict(zip(outputs.teachers, w.mean(axis=0).round(4).tolist()))}
     if weights is not None:
         info["mean_weight"] = float(weights.mean())
     return Objective({"target": target.astype(np.float32)}, _kl_loss(options.temperature), weights, info)
