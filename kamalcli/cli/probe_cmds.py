@@ -119,6 +119,8 @@ def report(app: App, as_json: bool) -> None:
         if real:
             best = max(real, key=lambda k: real[k]["accuracy"])
             click.echo(f"On {data}, {best} selects the right teacher most often ({pct(real[best]['accuracy'])}%).")
+            if best in ("entropy", "max-prob", "rmd"):
+                click.echo(f"  MUKI methods can select with it: kamal amalgamate --method muki-hard --option score={best}")
 
 
 def _c(uhat):
