@@ -25,6 +25,9 @@ RMD_VARIANTS = [
 ]
 
 
+KAMAL_PICKS = [RMD_VARIANTS[0], RMD_VARIANTS[2]]  # muki-hard selecting by RMD, and by per-teacher rank
+
+
 def _student_rows(bench: Bench, ws, teachers: list[str], methods, base: str | None = None,
                   tag: str = "") -> tuple[list, dict]:
     rows, payload = [], {}
@@ -127,7 +130,7 @@ def more_teachers(bench: Bench) -> None:
             bench.teacher(ws, name, labels)
         bench.probe(ws)
         fixed, fixed_payload = _fixed_rows(bench, ws, names, with_teachers=False)
-        students, student_payload = _student_rows(bench, ws, names, MUKI_METHODS)
+        students, student_payload = _student_rows(bench, ws, names, MUKI_METHODS + KAMAL_PICKS)
         sections.append(f"**{title}**\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students]))
         payload[title] = {"groups": groups, "rows": {**fixed_payload, **student_payload}, "selection": _selection(ws)}
     write_results(bench, payload, "\n\n".join(sections))
@@ -143,7 +146,8 @@ def heterogeneous(bench: Bench) -> None:
     fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
     sections, payload = [], {"fixed": fixed_payload}
     for base in ("minilm-l6", "minilm-l3"):
-        students, student_payload = _student_rows(bench, ws, teachers, MUKI_METHODS, base=base, tag=f"{base} ")
+        methods = MUKI_METHODS + (KAMAL_PICKS if base == "minilm-l6" else [])
+        students, student_payload = _student_rows(bench, ws, teachers, methods, base=base, tag=f"{base} ")
         sections.append(f"**student {base}**\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students]))
         payload[base] = student_payload
     write_results(bench, {**payload, "selection": _selection(ws)}, "\n\n".join(sections))
