@@ -32,7 +32,7 @@ def _migrations():
 
     @migrations()
     def m001_registry(db):
-        _run_script(db, 
+        _run_script(db,
             """
             CREATE TABLE runs (
                 id INTEGER PRIMARY KEY,
@@ -97,7 +97,7 @@ def _migrations():
 
     @migrations()
     def m002_probes(db):
-        _run_script(db, 
+        _run_script(db,
             """
             CREATE TABLE probes (
                 id INTEGER PRIMARY KEY,
@@ -163,7 +163,7 @@ def _migrations():
 
     @migrations()
     def m003_students(db):
-        _run_script(db, 
+        _run_script(db,
             """
             CREATE TABLE students (
                 id INTEGER PRIMARY KEY,
@@ -206,7 +206,7 @@ def _migrations():
 
     @migrations()
     def m004_exports(db):
-        _run_script(db, 
+        _run_script(db,
             """
             CREATE TABLE exports (
                 id INTEGER PRIMARY KEY,

@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+from kamalcli.errors import KamalError
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     path = Path(path)
@@ -19,6 +21,16 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def ensure_writable_dir(folder: Path) -> None:
+    """Create folder if needed; a KamalError (one line) if that fails or it is read-only."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise KamalError(f"cannot create {folder}: {e.strerror}") from None
+    if not os.access(folder, os.W_OK):
+        raise KamalError(f"cannot write to {folder}")
 
 
 def publish_dir(staging: Path, final: Path) -> None:

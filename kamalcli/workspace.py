@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kamalcli.errors import KamalError
-from kamalcli.fsutil import write_text_atomic
+from kamalcli.fsutil import ensure_writable_dir, write_text_atomic
 
 CONFIG_NAME = "kamal.toml"
 STATE_DIR = ".kamal"
@@ -146,12 +146,7 @@ def init_workspace(path: str | os.PathLike, force: bool = False) -> tuple[Worksp
     existing = ws.state_dir.exists() or ws.config_path.exists()
     if existing and not force:
         raise KamalError(f"{root} is already a kamal workspace (use --force to start afresh; the old state is kept aside)")
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise KamalError(f"cannot create {root}: {e.strerror}") from None
-    if not os.access(root, os.W_OK):
-        raise KamalError(f"cannot write to {root}")
+    ensure_writable_dir(root)
 
     backup = None
     if existing:

@@ -56,7 +56,7 @@ def make_classifier(folder: Path, labels: list[str] | None, *, seed: int = 0, dr
     config = tiny_config(n, dropout, layers)
     if labels:
         config.id2label = dict(enumerate(labels))
-        config.label2id = {l: i for i, l in enumerate(labels)}
+        config.label2id = {name: i for i, name in enumerate(labels)}
     model = BertForSequenceClassification(config)
     model.save_pretrained(str(folder), safe_serialization=True)
     make_tokenizer(folder)

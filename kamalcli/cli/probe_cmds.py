@@ -50,7 +50,8 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
             store.dataset(d)
         summary = probe_workspace(
             app.workspace, store, request, teacher_names=teacher_names, dataset_names=data_names,
-            rmd=use_rmd, rmd_fit=rmd_fit, device=_setting(app, "workspace", "device", device, "auto"), batch_size=batch, mode=mc_mode, say=note,
+            rmd=use_rmd, rmd_fit=rmd_fit, device=_setting(app, "workspace", "device", device, "auto"),
+            batch_size=batch, mode=mc_mode, say=note,
         )
     computed, cached = summary["computed"], summary["cached"]
     if not computed:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from kamalcli.errors import KamalError
+from kamalcli.fsutil import ensure_writable_dir
 
 PARITY_ROWS = 256
 
@@ -74,12 +74,7 @@ def export_student(workspace, store, student, *, quantize: str | None, out: str 
     if target.exists() and not force:
         raise KamalError(f"{target} already exists (use --force to replace it)")
     parent = target.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise KamalError(f"cannot create {parent}: {e.strerror}") from None
-    if not os.access(parent, os.W_OK):
-        raise KamalError(f"cannot write to {parent}")
+    ensure_writable_dir(parent)
     texts = parity_texts(store, student)
     params = {"student": student.name, "quantize": quantize, "out": str(target), "opset": opset}
     with recorded_run(store, "export", student.name, params) as run:
