@@ -112,7 +112,27 @@ def selection(bench: Bench) -> None:
           *(f"{1 - c[k]:.3f}" for k in ("uhat_in", "uhat_out", "mc_uhat_in", "mc_uhat_out"))] for c in calibration],
     )
     table = _selection_table(chosen) + "\n\nCalibration per teacher on the test split (c = 1 - normalised entropy):\n\n" + cal_table
-    write_results(bench, {"selection": chosen, "calibration": calibration}, table)
+    private, private_selection, private_payload = _private_teachers(bench, ws)
+    table += ("\n\nThe same teachers added with `kamal add-teacher` (their training data unknown, as in a real "
+              "amalgamation): RMD's in-distribution Gaussians are then fitted on the transfer rows each teacher is "
+              "itself confident on.\n\n" + _selection_table(private_selection)
+              + "\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], private))
+    write_results(bench, {"selection": chosen, "calibration": calibration,
+                          "private_teachers": {"selection": private_selection, "rows": private_payload}}, table)
+
+
+def _private_teachers(bench: Bench, source) -> tuple[list, list, dict]:
+    """The two-halves teachers registered as downloaded classifiers: no training rows to fit RMD on."""
+    ws = bench.workspace("two-halves-private")
+    folders = {t["name"]: t["path"] for t in source.json("teachers")}
+    teachers = ["half-a", "half-b"]
+    for name in teachers:
+        if not ws.has_teacher(name):
+            ws("add-teacher", folders[name], "--name", name, quiet=True)
+    bench.probe(ws)
+    methods = [("muki-hard, RMD fit on confident transfer rows", "muki-hard", ("score=rmd",))]
+    rows, payload = _student_rows(bench, ws, teachers, methods)
+    return rows, _selection(ws), payload
 
 
 def more_teachers(bench: Bench) -> None:
