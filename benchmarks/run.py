@@ -32,8 +32,8 @@ def update_readme() -> None:
             path = RESULTS / f"{name}-{profile}.md"
             if path.is_file():
                 body = path.read_text().strip()
-                text = re.sub(rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)",
-                              lambda m, body=body: m.group(1) + body + m.group(2), text, flags=re.S)
+                text = re.sub(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)",
+                              lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text, flags=re.DOTALL)
                 break
     readme.write_text(text)
 
