@@ -158,10 +158,10 @@ class Bench:
         ws("train-teacher", "labelled", "--labels", ",".join(labels), "--name", name,
            "--base", base or self.profile.base, *self.profile.train_args(self.profile.teacher_epochs))
 
-    def probe(self, ws: Workspace) -> None:
+    def probe(self, ws: Workspace, *extra: str) -> None:
         self.say("probe the teachers on transfer and test data")
         ws("probe", "--data", "transfer", "--data", "test", "--mc-samples", str(self.profile.mc_samples),
-           "--max-length", str(self.profile.max_length))
+           "--max-length", str(self.profile.max_length), *extra)
 
     def student(self, ws: Workspace, name: str, method: str, teachers: list[str], seed: int,
                 options: tuple[str, ...] = (), base: str | None = None) -> dict:

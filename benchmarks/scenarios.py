@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from common import HALF_A, HALF_B, Bench, markdown, pct, summarize, write_results
@@ -112,26 +113,47 @@ def selection(bench: Bench) -> None:
           *(f"{1 - c[k]:.3f}" for k in ("uhat_in", "uhat_out", "mc_uhat_in", "mc_uhat_out"))] for c in calibration],
     )
     table = _selection_table(chosen) + "\n\nCalibration per teacher on the test split (c = 1 - normalised entropy):\n\n" + cal_table
-    private, private_selection, private_payload = _private_teachers(bench, ws)
+    payload = {"selection": chosen, "calibration": calibration}
+    private_rows, private_selection, payload["private_teachers"] = _downloaded_teachers(bench, ws)
     table += ("\n\nThe same teachers added with `kamal add-teacher` (their training data unknown, as in a real "
               "amalgamation): RMD's in-distribution Gaussians are then fitted on the transfer rows each teacher is "
               "itself confident on.\n\n" + _selection_table(private_selection)
-              + "\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], private))
-    write_results(bench, {"selection": chosen, "calibration": calibration,
-                          "private_teachers": {"selection": private_selection, "rows": private_payload}}, table)
+              + "\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], private_rows))
+    few_rows, few_selection, payload["few_labelled"] = _downloaded_teachers(bench, ws, FEW_LABELLED_PER_CLASS)
+    table += (f"\n\nThe same, with {FEW_LABELLED_PER_CLASS} labelled rows per class given to `kamal probe --rmd-fit` "
+              "(RMD's Gaussians fitted on them):\n\n" + _selection_table(few_selection)
+              + "\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], few_rows))
+    write_results(bench, payload, table)
 
 
-def _private_teachers(bench: Bench, source) -> tuple[list, list, dict]:
-    """The two-halves teachers registered as downloaded classifiers: no training rows to fit RMD on."""
-    ws = bench.workspace("two-halves-private")
+FEW_LABELLED_PER_CLASS = 20
+
+
+def _downloaded_teachers(bench: Bench, source, few_per_class: int = 0) -> tuple[list, list, dict]:
+    """The two-halves teachers registered as downloaded classifiers: no training rows to fit RMD on.
+
+    With few_per_class, that many labelled rows of each class fit the RMD Gaussians (`--rmd-fit`);
+    without, kamal falls back to the rows each teacher is itself confident on.
+    """
+    ws = bench.workspace(f"two-halves-few-{few_per_class}" if few_per_class else "two-halves-private")
     folders = {t["name"]: t["path"] for t in source.json("teachers")}
     teachers = ["half-a", "half-b"]
     for name in teachers:
         if not ws.has_teacher(name):
             ws("add-teacher", folders[name], "--name", name, quiet=True)
-    bench.probe(ws)
-    methods = [("muki-hard, RMD fit on confident transfer rows", "muki-hard", ("score=rmd",))]
-    rows, payload = _student_rows(bench, ws, teachers, methods)
+    if not few_per_class:
+        bench.probe(ws)
+        label = "muki-hard, RMD fit on confident transfer rows"
+    else:
+        if not any(d["name"] == "few" for d in ws.json("data")):
+            rows = [json.loads(line) for line in (ws.root / "data" / "train.jsonl").read_text().splitlines()]
+            few = [r for label in sorted({r["label"] for r in rows}) for r in [r for r in rows if r["label"] == label][:few_per_class]]
+            path = ws.root / "data" / "few.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in few))
+            ws("add-data", path, "--name", "few", "--role", "eval", quiet=True)
+        bench.probe(ws, "--rmd-fit", "few")
+        label = f"muki-hard, RMD fit on {few_per_class} labelled rows per class"
+    rows, payload = _student_rows(bench, ws, teachers, [(label, "muki-hard", ("score=rmd",))])
     return rows, _selection(ws), payload
 
 
