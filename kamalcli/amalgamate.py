@@ -6,7 +6,6 @@ rows come from the probe cache (computed first if missing).
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -15,10 +14,6 @@ import numpy as np
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace
 from kamalcli.probe.runner import ProbeRequest
-
-HOLDOUT_SHARE = 0.05
-HOLDOUT_MAX = 1000
-HOLDOUT_MIN_ROWS = 40  # below this many transfer rows, no held-out slice: the last step is kept
 
 
 @dataclass
@@ -92,15 +87,6 @@ def _default_name(store, method: str) -> str:
     return f"{method}-{i}"
 
 
-def holdout_split(n: int, seed: int, select_by: str) -> tuple[np.ndarray, np.ndarray]:
-    """(train rows, held-out rows). The held-out slice exists only for label-free selection."""
-    if select_by != "transfer-loss" or n < HOLDOUT_MIN_ROWS:
-        return np.arange(n), np.arange(0)
-    size = min(HOLDOUT_MAX, max(1, round(HOLDOUT_SHARE * n)))
-    order = np.random.default_rng(seed).permutation(n)
-    return np.sort(order[size:]), np.sort(order[:size])
-
-
 def plan(store, request: AmalgamateRequest):
     """Everything checked before any work: method, options, teachers, data, name."""
     from kamalcli.methods import get_method
@@ -150,45 +136,34 @@ def check_base(source: str, layers: int | None) -> None:
         raise KamalError(f"--student-layers {layers}: the base has {total} layers")
 
 
-def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resume_run=None, on_step=None):
+def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resume_run=None):
     """Train a student; returns the Student record. resume_run: the interrupted run to continue."""
-    from kamalcli.runs import recorded_run
-    from kamalcli.train.loop import StopRequested, TrainConfig
+    from kamalcli.runs import training_run
+    from kamalcli.train.loop import TrainConfig
 
     method, options, teachers, dataset, name = plan(store, request)
     request = replace(request, name=name)
     train_config = TrainConfig(**request.train)
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)
-    params = request.as_json()
-    workdir = Path(resume_run.workdir) if resume_run else None
-    if resume_run:
-        params["resumed_from"] = resume_run.id
     kind = "extend" if request.parent else "amalgamate"
-    with recorded_run(store, kind, name, params) as run:
-        if workdir is None:
-            workdir = workspace.artifact_dir("runs") / f"run-{run.id}"
-        store.update_run(run.id, workdir=str(workdir))
-        try:
-            student = _train_student(workspace, store, request, method, options, teachers, dataset, probe_request,
-                                     train_config, workdir, run, say, resume=resume_run is not None, on_step=on_step)
-        except StopRequested:
-            say(f"Stopped: a checkpoint was saved. Continue with `kamal amalgamate --resume {name}`.")
-            raise
+    with training_run(workspace, store, kind, name, request.as_json(), resume_run=resume_run,
+                      resume_hint=f"kamal amalgamate --resume {name}", say=say) as (run, workdir):
+        student = _train_student(workspace, store, request, method, options, teachers, dataset, probe_request,
+                                 train_config, workdir, run, say, resume=resume_run is not None)
         run.result = {"student": student.name, "path": student.path, **student.train}
-    shutil.rmtree(workdir, ignore_errors=True)  # checkpoints matter only to an unfinished run
     return student
 
 
 def _train_student(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
-                   workdir, run, say, resume, on_step):
+                   workdir, run, say, resume):
     from kamalcli.batching import encode
     from kamalcli.data import load_dataset_rows
     from kamalcli.fsutil import publish_dir
     from kamalcli.modeling import save_classifier
     from kamalcli.probe.runner import Runner
     from kamalcli.runtime import resolve_device
-    from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss
+    from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss, holdout_split
     from kamalcli.train.loop import train
 
     device = resolve_device(request.device)
@@ -221,7 +196,10 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
     texts, _ = load_dataset_rows(dataset)
     encoded = encode(tokenizer, texts, train_config.max_length)
-    train_rows, held_out = holdout_split(len(texts), train_config.seed, request.select_by)
+    if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
+        train_rows, held_out = holdout_split(len(texts), train_config.seed)
+    else:
+        train_rows, held_out = np.arange(len(texts)), np.arange(0)
     selector = None
     if request.select_by == "transfer-loss" and len(held_out):
         selector = HeldOutLoss(objective, encoded, held_out, device)
@@ -235,7 +213,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
 
     # 3. the one training loop
     result = train(model, encoded, objective, train_config, workdir, rows=train_rows, selector=selector,
-                   resume=resume, on_step=on_step, description=f"{method.name} -> {request.name}")
+                   resume=resume, description=f"{method.name} -> {request.name}")
 
     # 4. the student folder, then its record (a row points only at finished files)
     train_record = {
@@ -295,18 +273,15 @@ def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: i
     return model, load_tokenizer(base), base
 
 
-def resume(workspace, store, name: str, *, say=print, on_step=None):
+def resume(workspace, store, name: str, *, say=print):
     """Continue an interrupted (or failed) amalgamate/extend run of that name from its checkpoint."""
-    from kamalcli.train import checkpoint
+    from kamalcli.runs import resumable_run
 
     if store.find_student(name) is not None:
         raise KamalError(f"student {name!r} already finished; nothing to resume")
-    candidates = [r for r in store.runs(name=name) if r.kind in ("amalgamate", "extend")
-                  and r.status in ("interrupted", "failed") and r.workdir and checkpoint.exists(Path(r.workdir))]
-    if not candidates:
+    run, params = resumable_run(store, ("amalgamate", "extend"), name)
+    if run is None:
         raise KamalError(f"no interrupted run named {name!r} with a checkpoint (see `kamal runs`)")
-    run = candidates[-1]
-    params = {k: v for k, v in run.params.items() if k != "resumed_from"}
     request = AmalgamateRequest(**params)
     say(f"Resuming {name} from run {run.id}'s checkpoint.")
-    return amalgamate(workspace, store, request, say=say, resume_run=run, on_step=on_step)
+    return amalgamate(workspace, store, request, say=say, resume_run=run)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kamalcli.errors import KamalError
+from kamalcli.errors import KamalError, first_line
 from kamalcli.runtime import cache_dir
 
 
@@ -106,6 +106,5 @@ def _fetch_from_hub(repo_id: str) -> Path:
             allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
         )
     except Exception as e:  # offline, unknown repo, gated model
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise KamalError(f"cannot fetch {repo_id} from the Hugging Face hub: {first[:160]}") from None
+        raise KamalError(f"cannot fetch {repo_id} from the Hugging Face hub: {first_line(e, 160)}") from None
     return Path(folder)

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from kamalcli.errors import KamalError
+from kamalcli.errors import KamalError, first_line
 
 FORMATS = {
     ".csv": "csv",
@@ -152,8 +152,7 @@ def _load_columns(path: Path, fmt: str, cache_dir: Path) -> tuple[list[str], dic
 def _root_message(error: BaseException) -> str:
     while error.__cause__ is not None or error.__context__ is not None:
         error = error.__cause__ or error.__context__
-    text = str(error).strip().splitlines()
-    message = text[0] if text else type(error).__name__
+    message = first_line(error, None)
     if isinstance(error, UnicodeDecodeError) or any(w in message.lower() for w in ("utf-8", "utf8", "decode")):
         return "the file is not valid UTF-8 text"
     return message[:200]

@@ -11,3 +11,9 @@ class KamalFailure(KamalError):
     """Work that was started and failed for a reason outside the user's input."""
 
     exit_code = 1
+
+
+def first_line(error: BaseException, limit: int | None = 200) -> str:
+    """The first line of an error's message (cut at limit), or its type's name when it has none."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:limit] if lines else type(error).__name__

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
@@ -24,20 +23,11 @@ def _labelled(dataset):
 
 
 def evaluate_student(workspace, store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
-    from kamalcli.batching import encode
-    from kamalcli.modeling import load_classifier, load_tokenizer
-    from kamalcli.runtime import resolve_device
-    from kamalcli.train.evaluate import predict_logits
+    from kamalcli.prediction import student_folder, student_logits
 
-    folder = Path(student.path)
-    if not (folder / "config.json").is_file():
-        raise KamalError(f"student {student.name}'s folder is missing: {folder}")
+    student_folder(student)
     texts, gold = _labelled(dataset)
-    device = resolve_device(device)
-    model = load_classifier(folder).to(device)
-    max_length = student.train.get("config", {}).get("max_length", 128)
-    encoded = encode(load_tokenizer(folder), texts, max_length)
-    pred = predict_logits(model, encoded, batch_size=batch_size, device=device).argmax(axis=1)
+    pred = student_logits(student, texts, device=device, batch_size=batch_size).argmax(axis=1)
     gold_idx = _gold_indices(gold, student.labels)
     metrics = classification_metrics(pred, gold_idx, student.labels)
     if student.parent:

@@ -40,7 +40,7 @@ def student_as_teacher(workspace, store, student, say=print):
 
 
 def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teacher_names: list[str],
-           refine: bool = False, say=print, on_step=None):
+           refine: bool = False, say=print):
     parent = store.student(student_name)
     if not (Path(parent.path) / "config.json").is_file():
         raise KamalError(f"student {parent.name}'s folder is missing on disk: {parent.path}")
@@ -78,7 +78,7 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
     request = replace(base, method=method, options=options, name=name, parent=parent.name,
                       teachers=[self_teacher.name, *[t.name for t in new]], student=parent.path)
     say(f"Extending {parent.name} ({len(parent.labels)} labels) with {len(added)} new: {', '.join(added) or 'none'}.")
-    return amalgamate(workspace, store, request, say=say, on_step=on_step)
+    return amalgamate(workspace, store, request, say=say)
 
 
 def _next_version(store, name: str) -> str:

@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from kamalcli.errors import KamalError
+from kamalcli.errors import KamalError, first_line
 
 
 def _quiet_transformers() -> None:
@@ -32,7 +32,7 @@ def load_tokenizer(folder: str | Path):
     try:
         return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except (OSError, ValueError) as e:
-        raise KamalError(f"cannot load a tokenizer from {folder}: {str(e).splitlines()[0][:160]}") from None
+        raise KamalError(f"cannot load a tokenizer from {folder}: {first_line(e, 160)}") from None
 
 
 def load_classifier(folder: str | Path, *, attn: str | None = None) -> nn.Module:
@@ -44,7 +44,7 @@ def load_classifier(folder: str | Path, *, attn: str | None = None) -> nn.Module
     try:
         model = AutoModelForSequenceClassification.from_pretrained(str(folder), **kwargs)
     except (OSError, ValueError) as e:
-        raise KamalError(f"cannot load a classifier from {folder}: {str(e).splitlines()[0][:160]}") from None
+        raise KamalError(f"cannot load a classifier from {folder}: {first_line(e, 160)}") from None
     model.eval()
     return model
 
@@ -117,7 +117,7 @@ def build_student(base_folder: str | Path, labels: Sequence[str], *, num_layers:
             str(base_folder), config=config, ignore_mismatched_sizes=True, trust_remote_code=False
         )
     except (OSError, ValueError) as e:
-        raise KamalError(f"cannot build a student from {base_folder}: {str(e).splitlines()[0][:160]}") from None
+        raise KamalError(f"cannot build a student from {base_folder}: {first_line(e, 160)}") from None
     return model
 
 

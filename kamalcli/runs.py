@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
+
+from kamalcli.errors import first_line
 
 
 @dataclass
@@ -23,8 +27,38 @@ def recorded_run(store, kind: str, name: str | None, params: dict, workdir: str 
         store.finish_run(record.id, "interrupted", record.result or None, "interrupted by the user (Ctrl-C)")
         raise
     except BaseException as e:
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        store.finish_run(record.id, "failed", record.result or None, message[:500])
+        store.finish_run(record.id, "failed", record.result or None, first_line(e, 500))
         raise
     else:
         store.finish_run(record.id, "done", record.result)
+
+
+@contextlib.contextmanager
+def training_run(workspace, store, kind: str, name: str, params: dict, *, resume_run=None,
+                 resume_hint: str, say=print) -> Iterator[tuple[RunRecord, Path]]:
+    """A recorded run with a checkpoint folder (the interrupted run's when resuming), removed once done."""
+    from kamalcli.train.loop import StopRequested
+
+    if resume_run:
+        params = {**params, "resumed_from": resume_run.id}
+    with recorded_run(store, kind, name, params) as run:
+        workdir = Path(resume_run.workdir) if resume_run else workspace.artifact_dir("runs") / f"run-{run.id}"
+        store.update_run(run.id, workdir=str(workdir))
+        try:
+            yield run, workdir
+        except StopRequested:
+            say(f"Stopped: a checkpoint was saved. Continue with `{resume_hint}`.")
+            raise
+    shutil.rmtree(workdir, ignore_errors=True)  # checkpoints matter only to an unfinished run
+
+
+def resumable_run(store, kinds: tuple[str, ...], name: str):
+    """The latest interrupted or failed run of that name with a checkpoint, and its parameters; or (None, None)."""
+    from kamalcli.train import checkpoint
+
+    candidates = [r for r in store.runs(name=name) if r.kind in kinds and r.status in ("interrupted", "failed")
+                  and r.workdir and checkpoint.exists(Path(r.workdir))]
+    if not candidates:
+        return None, None
+    run = candidates[-1]
+    return run, {k: v for k, v in run.params.items() if k != "resumed_from"}

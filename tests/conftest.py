@@ -115,3 +115,22 @@ def two_teachers(kamal, assets, trained) -> Kamal:
     kamal("add-data", assets["pool"], "--name", "pool")
     kamal("add-data", assets["test"], "--name", "test", "--role", "eval")
     return kamal
+
+
+@pytest.fixture
+def interrupt_training(monkeypatch):
+    """interrupt_training(step): the next trainings stop as if Ctrl-C came at that step; (None) undoes it."""
+    from kamalcli.train import loop
+
+    real = loop.train
+
+    def arm(step: int | None) -> None:
+        def interrupted(*args, **kwargs):
+            def stop(at):
+                if at == step:
+                    raise KeyboardInterrupt
+            return real(*args, **{**kwargs, "on_step": stop})
+
+        monkeypatch.setattr(loop, "train", real if step is None else interrupted)
+
+    return arm

@@ -103,27 +103,17 @@ def test_student_from_a_classifier_and_shallower(two_teachers, assets):
     assert weights["classifier.weight"].shape[0] == 4
 
 
-def test_ctrl_c_then_resume_matches_an_uninterrupted_run(two_teachers, assets, monkeypatch):
-    import kamalcli.train.loop as loop
-
+def test_ctrl_c_then_resume_matches_an_uninterrupted_run(two_teachers, assets, interrupt_training):
     args = ["--method", "muki-soft", *train_args(assets), "--checkpoint-every", "5"]
     two_teachers("amalgamate", *args, "--name", "straight")
-    real = loop.train
-
-    def interrupted(*a, **kw):
-        def stop(step):
-            if step == 7:
-                raise KeyboardInterrupt
-        return real(*a, **{**kw, "on_step": stop})
-
-    monkeypatch.setattr(loop, "train", interrupted)
+    interrupt_training(7)
     result = two_teachers("amalgamate", *args, "--name", "cut", code=130)
     assert "kamal amalgamate --resume cut" in result.stderr
     assert "cut" not in {s["name"] for s in two_teachers.json("students")}
     assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "cut"] == ["interrupted"]
     runs_dir = two_teachers.workspace / ".kamal" / "artifacts" / "runs"
     assert len(list(runs_dir.iterdir())) == 1  # the interrupted run keeps its checkpoint
-    monkeypatch.setattr(loop, "train", real)
+    interrupt_training(None)
     two_teachers("amalgamate", "--resume", "cut")
     assert not any(runs_dir.iterdir())
     students = {s["name"]: s for s in two_teachers.json("students")}

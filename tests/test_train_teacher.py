@@ -15,24 +15,14 @@ def test_train_teacher_registers_a_teacher_with_its_data(kamal, assets):
     assert run["kind"] == "train-teacher" and run["status"] == "done" and run["result"]["held_out_rows"] == 6
 
 
-def test_interrupt_and_resume(kamal, assets, monkeypatch):
-    import kamalcli.train.loop as loop
-
+def test_interrupt_and_resume(kamal, assets, interrupt_training):
     kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
-    real = loop.train
-
-    def interrupted(*a, **kw):
-        def stop(step):
-            if step == 4:
-                raise KeyboardInterrupt
-        return real(*a, **{**kw, "on_step": stop})
-
-    monkeypatch.setattr(loop, "train", interrupted)
+    interrupt_training(4)
     args = ["train", "--labels", "world,sports", "--name", "news", "--base", assets["encoder"], *SETTINGS]
     result = kamal("train-teacher", *args, code=130)
     assert "kamal train-teacher --resume news" in result.stderr
     assert kamal.json("teachers") == []
-    monkeypatch.setattr(loop, "train", real)
+    interrupt_training(None)
     kamal("train-teacher", "--resume", "news")
     assert [t["name"] for t in kamal.json("teachers")] == ["news"]
     assert [r["status"] for r in kamal.json("runs")] == ["interrupted", "done"]

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from kamalcli.errors import KamalError
+from kamalcli.errors import KamalError, first_line
 from kamalcli.runtime import cache_dir
 
 CPU = "CPUExecutionProvider"
@@ -120,7 +120,7 @@ def load_tokenizer(folder: Path):
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a plain Exception
-        raise KamalError(f"cannot load {path}: {str(e).splitlines()[0][:160]}") from None
+        raise KamalError(f"cannot load {path}: {first_line(e, 160)}") from None
     config = _read_json(folder / "tokenizer_config.json") or {}
     special = _read_json(folder / "special_tokens_map.json") or {}
     baked = tokenizer.padding or {}
@@ -166,7 +166,7 @@ class OnnxClassifier:
         except KamalError:
             raise
         except Exception as e:  # onnxruntime's own errors: a broken or foreign model file
-            raise KamalError(f"onnxruntime cannot load {model}: {str(e).splitlines()[0][:160]}") from None
+            raise KamalError(f"onnxruntime cannot load {model}: {first_line(e, 160)}") from None
         self.providers: list[str] = list(self.session.get_providers())
         self.input_names: list[str] = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]

@@ -64,11 +64,10 @@ def export_student(workspace, store, student, *, quantize: str | None, out: str 
                    opset: int = 17):
     """Returns (export record, ExportResult)."""
     from kamalcli.export.onnx import export_onnx
+    from kamalcli.prediction import student_folder
     from kamalcli.runs import recorded_run
 
-    folder = Path(student.path)
-    if not (folder / "config.json").is_file():
-        raise KamalError(f"student {student.name}'s folder is missing: {folder}")
+    folder = student_folder(student)
     target = Path(out).expanduser().resolve() if out else \
         workspace.artifact_dir("exports") / (student.name + (f"-{quantize}" if quantize else ""))
     if target.exists() and not force:

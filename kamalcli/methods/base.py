@@ -12,7 +12,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import Callable
 
 import numpy as np
 
@@ -73,7 +73,6 @@ class Method:
     options: type
     build: Callable[[TeacherOutputs, object], Objective] | None  # None: no training (a baseline)
     paper: str = ""
-    kind: ClassVar[str] = "output"
 
     @property
     def trains(self) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from kamalcli.errors import KamalError
+from kamalcli.fsutil import publish_dir
 
 FOLDER = "checkpoint"
 BEST = "best.safetensors"
@@ -50,12 +51,7 @@ def save(workdir: Path, model, optimizer, scheduler, state, config) -> None:
         "config": config.as_json(),
     }
     torch.save(trainer, staging / "trainer.pt")
-    old = workdir / f".{FOLDER}.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    staging.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
+    publish_dir(staging, final)
 
 
 def exists(workdir: Path) -> bool:

@@ -22,6 +22,22 @@ def predict_logits(model: torch.nn.Module, encoded: Encoded, *, batch_size: int 
     return out
 
 
+HOLDOUT_SHARE = 0.05
+HOLDOUT_MAX = 1000
+HOLDOUT_MIN_ROWS = 40  # below this many rows, no held-out slice: the last step is kept
+
+
+def holdout_split(n: int, seed: int, max_rows: int | None = HOLDOUT_MAX) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, held-out rows): a seeded 5% slice for label-free model selection."""
+    if n < HOLDOUT_MIN_ROWS:
+        return np.arange(n), np.arange(0)
+    size = max(1, round(HOLDOUT_SHARE * n))
+    if max_rows is not None:
+        size = min(max_rows, size)
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[size:]), np.sort(order[:size])
+
+
 class HeldOutLoss:
     """Label-free model selection: the objective's loss on held-out transfer rows."""
 
@@ -29,9 +45,10 @@ class HeldOutLoss:
     name = "transfer-loss"
 
     def __init__(self, objective, encoded: Encoded, rows: np.ndarray, device: str, batch_size: int = 64):
+        from kamalcli.train.loop import objective_tensors
+
         self.objective, self.encoded, self.rows, self.device, self.batch_size = objective, encoded, rows, device, batch_size
-        self._tensors = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in objective.arrays.items()}
-        self._weights = torch.as_tensor(objective.weights, dtype=torch.float32) if objective.weights is not None else None
+        self._tensors, self._weights = objective_tensors(objective)
 
     def measure(self, model) -> float:
         from kamalcli.train.loop import batch_loss

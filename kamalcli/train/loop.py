@@ -112,14 +112,12 @@ def _deferred_interrupt():
         signal.signal(signal.SIGINT, previous)
 
 
-def _parameter_groups(model: torch.nn.Module, weight_decay: float, extra: list[torch.nn.Parameter]):
+def _parameter_groups(model: torch.nn.Module, weight_decay: float):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
-    decay.extend(p for p in extra if p.ndim >= 2)
-    no_decay.extend(p for p in extra if p.ndim < 2)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -130,6 +128,13 @@ def linear_schedule(total: int, warmup_steps: int) -> Callable[[int], float]:
         return max(0.0, (total - step) / max(1, total - warmup_steps))
 
     return factor
+
+
+def objective_tensors(objective: Objective) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """The objective's per-row arrays and weights as tensors, made once for batch_loss to index."""
+    tensors = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in objective.arrays.items()}
+    weights = torch.as_tensor(objective.weights, dtype=torch.float32) if objective.weights is not None else None
+    return tensors, weights
 
 
 def batch_loss(objective: Objective, logits: torch.Tensor, index: np.ndarray,
@@ -164,13 +169,12 @@ def train(
         raise KamalError("no rows to train on")
     device = torch.device(config.device)
     model.to(device)
-    extra = list(getattr(objective, "parameters", []) or [])
-    optimizer = torch.optim.AdamW(_parameter_groups(model, config.weight_decay, extra), lr=config.lr)
+    optimizer = torch.optim.AdamW(_parameter_groups(model, config.weight_decay), lr=config.lr)
+    clipped = [p for g in optimizer.param_groups for p in g["params"]]
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
     total = steps_per_epoch * config.epochs
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(total, int(config.warmup * total)))
-    tensors = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in objective.arrays.items()}
-    weights = torch.as_tensor(objective.weights, dtype=torch.float32) if objective.weights is not None else None
+    tensors, weights = objective_tensors(objective)
 
     workdir.mkdir(parents=True, exist_ok=True)
     state = TrainState()
@@ -201,27 +205,29 @@ def train(
     smoothed = None
     started = time.perf_counter() - state.seconds
     examples_before = state.step * config.batch_size
+    order_epoch, order = None, rows
     with _deferred_interrupt() as stop_requested, progress_bar(
-        total * config.batch_size, description, completed=min(examples_before, len(rows) * config.epochs)
+        len(rows) * config.epochs, description, completed=min(examples_before, len(rows) * config.epochs)
     ) as bar:
         while state.step < total:
             epoch, offset = divmod(state.step, steps_per_epoch)
-            order = rows[training_order(len(rows), config.seed, epoch)]
+            if epoch != order_epoch:
+                order_epoch, order = epoch, rows[training_order(len(rows), config.seed, epoch)]
             index = order[offset * config.batch_size : (offset + 1) * config.batch_size]
             batch = encoded.batch(index, device)
             logits = model(**batch).logits
             loss = batch_loss(objective, logits, index, tensors, weights, device)
-            if not torch.isfinite(loss):
-                raise KamalError(f"the loss became {loss.item()} at step {state.step + 1}; lower --lr")
+            value = loss.item()
+            if not math.isfinite(value):
+                raise KamalError(f"the loss became {value} at step {state.step + 1}; lower --lr")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if config.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], config.grad_clip)
+                torch.nn.utils.clip_grad_norm_(clipped, config.grad_clip)
             optimizer.step()
             scheduler.step()
             state.step += 1
             state.seconds = time.perf_counter() - started
-            value = loss.item()
             smoothed = value if smoothed is None else 0.9 * smoothed + 0.1 * value
             bar.advance(len(index), loss=smoothed)
             boundary = state.step % steps_per_epoch == 0 or state.step == total
