@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.labels import LabelSpace
+from kamalcli.labels import LabelSpace, label_indices
 from kamalcli.probe.runner import ProbeRequest
 
 
@@ -40,18 +40,18 @@ def teacher_outputs(store, teachers, probes) -> "TeacherOutputs":  # noqa: F821
     """The methods' view of N teachers' cached probes on the same rows."""
     from kamalcli.methods.base import TeacherOutputs
     from kamalcli.probe.arrays import ProbeArrays
+    from kamalcli.probe.figures import SCORES
 
     space = store.label_space(teachers)
     rows = [store.probe_rows(p.id) for p in probes]
     logits = tuple(np.asarray(ProbeArrays.load(Path(p.path)).logits, dtype=np.float32) for p in probes)
-    column = lambda key: np.stack([np.asarray(r[key], dtype=np.float64) for r in rows], axis=1)  # noqa: E731
-    confidence = {
-        "mc-dropout": 1.0 - column("mc_uhat"),
-        "entropy": 1.0 - column("uhat"),
-        "max-prob": column("max_prob"),
-    }
-    if all(None not in r["rmd"] for r in rows):
-        confidence["rmd"] = percentile(-column("rmd"))
+    confidence = {}
+    for score, of_rows in SCORES.items():
+        columns = [of_rows(r) for r in rows]
+        if all(c is not None for c in columns):
+            confidence[score] = np.stack(columns, axis=1)
+    if "rmd" in confidence:
+        confidence["rmd"] = percentile(confidence["rmd"])
     return TeacherOutputs(space, tuple(t.name for t in teachers), logits, confidence)
 
 
@@ -171,21 +171,22 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     # 1. teachers' outputs on the transfer rows, from the probe cache
     runner = Runner(workspace, store, device=device, batch_size=max(train_config.batch_size, 32),
                     run_id=run.id, options_key=probe_request.options_key)
+    need_rmd = options_need_rmd(options)
+    settings = {t.id: probe_request.settings_for(t) for t in teachers}
     probes = []
     for teacher in teachers:
-        settings = probe_request.settings_for(teacher)
-        need_layers = options_need_rmd(options)
-        if not runner.cached(teacher, dataset, settings, need_layers):
-            say(f"Probing {teacher.name} on {dataset.name} first (K={settings.mc_samples}, max length "
-                f"{settings.max_length}){_other_probes(store, teacher, dataset)}.")
-        probe, _ = runner.ensure(teacher, dataset, settings, need_layers=need_layers)
+        wanted = settings[teacher.id]
+        if not runner.cached(teacher, dataset, wanted, need_rmd):
+            say(f"Probing {teacher.name} on {dataset.name} first (K={wanted.mc_samples}, max length "
+                f"{wanted.max_length}){_other_probes(store, teacher, dataset)}.")
+        probe, _ = runner.ensure(teacher, dataset, wanted, need_layers=need_rmd)
         probes.append(probe)
-    if options_need_rmd(options):
+    if need_rmd:
         fit_dataset = store.dataset(request.rmd_fit) if request.rmd_fit else None
         for teacher, probe in zip(teachers, probes):
             # Without --rmd-fit, keep whatever fit `kamal probe` attached (perhaps a labelled one).
             if fit_dataset is not None or store.rmd_fit_of(probe.id) is None:
-                note = runner.fit_rmd(teacher, probe_request.settings_for(teacher), [probe], fit_dataset)
+                note = runner.fit_rmd(teacher, settings[teacher.id], [probe], fit_dataset)
                 if note and note["source"] == "pseudo":
                     say(f"RMD for {teacher.name} is fitted on rows it is itself confident on (circular); "
                         "--rmd-fit NAME gives it labelled data.")
@@ -206,9 +207,8 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     elif request.select_by.startswith("eval:"):
         eval_set = store.dataset(request.select_by.split(":", 1)[1])
         eval_texts, gold = load_dataset_rows(eval_set)
-        index = {n: i for i, n in enumerate(outputs.space.names)}
         selector = EvalAccuracy(eval_set.name, encode(tokenizer, eval_texts, train_config.max_length),
-                                np.array([index.get(g, -1) for g in gold]), device)
+                                label_indices(gold, outputs.space.names), device)
         say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
 
     # 3. the one training loop

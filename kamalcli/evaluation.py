@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from kamalcli.errors import KamalError
+from kamalcli.labels import label_indices
 from kamalcli.train.metrics import classification_metrics, subset_accuracy
-
-
-def _gold_indices(gold: list[str], labels: list[str]) -> np.ndarray:
-    index = {n: i for i, n in enumerate(labels)}
-    return np.array([index.get(g, -1) for g in gold])
 
 
 def _labelled(dataset):
@@ -28,7 +23,7 @@ def evaluate_student(workspace, store, student, dataset, *, device: str = "auto"
     student_folder(student)
     texts, gold = _labelled(dataset)
     pred = student_logits(student, texts, device=device, batch_size=batch_size).argmax(axis=1)
-    gold_idx = _gold_indices(gold, student.labels)
+    gold_idx = label_indices(gold, student.labels)
     metrics = classification_metrics(pred, gold_idx, student.labels)
     if student.parent:
         parent = store.find_student(student.parent)
@@ -67,6 +62,6 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
     for j, name in enumerate(outputs.space.names):
         scores[:, space.index(name)] = local[:, j]
     pred = scores.argmax(axis=1)
-    metrics = classification_metrics(pred, _gold_indices(gold, list(space.names)), list(space.names))
+    metrics = classification_metrics(pred, label_indices(gold, space.names), list(space.names))
     store.add_evaluation(baseline=baseline, dataset_id=dataset.id, metrics=metrics)
     return metrics

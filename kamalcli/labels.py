@@ -16,6 +16,12 @@ import numpy as np
 _GENERIC = re.compile(r"^(LABEL_?\d+|label_?\d+|\d+)$")
 
 
+def label_indices(gold: Sequence[str], names: Sequence[str]) -> np.ndarray:
+    """Each gold label's position in names, -1 where names lacks it."""
+    index = {name: i for i, name in enumerate(names)}
+    return np.array([index.get(g, -1) for g in gold], dtype=np.int64)
+
+
 def is_generic_label(name: str) -> bool:
     """LABEL_0, LABEL_1... (what transformers writes when nobody named the classes)."""
     return bool(_GENERIC.match(str(name)))

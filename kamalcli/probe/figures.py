@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kamalcli.labels import label_indices
 from kamalcli.probe.arrays import ProbeArrays
 from kamalcli.probe.calibration import ece, entropy, entropy_from_logits, normalised_uncertainty
 from kamalcli.probe.selection import selection_quality
@@ -41,8 +42,7 @@ def summarize(rows: dict[str, np.ndarray], teacher_labels, gold: list[str] | Non
     }
     if gold is None:
         return out
-    position = {name: i for i, name in enumerate(teacher_labels)}
-    local = np.array([position.get(g, -1) for g in gold])
+    local = label_indices(gold, teacher_labels)
     inside = local >= 0
     out["in_domain_rows"] = int(inside.sum())
     out["out_domain_rows"] = int((~inside).sum())
@@ -74,16 +74,17 @@ SCORES = {
 }
 
 
-def selection_table(gold: list[str], space, teachers, rows_by_teacher: dict, probs_by_teacher: dict,
+def selection_table(gold: list[str], space, teachers, rows_by_teacher: dict,
                     extra_scores: dict[str, dict] | None = None) -> dict:
     """Selection accuracy, AUROC and hard-target accuracy per score, plus the oracle's.
 
     extra_scores: score name -> {teacher id: confidence per row}.
     """
-    gold_col = np.array([space.names.index(g) if g in space.names else -1 for g in gold])
+    gold_col = label_indices(gold, space.names)
     owns = np.stack([space.mask(t.name)[np.maximum(gold_col, 0)] & (gold_col >= 0) for t in teachers], axis=1)
     # the union label each teacher predicts (its argmax, mapped into the union)
-    predicted = np.stack([np.asarray(space.blocks[t.name])[probs_by_teacher[t.id].argmax(axis=1)] for t in teachers], axis=1)
+    predicted = np.stack([np.asarray(space.blocks[t.name])[np.asarray(rows_by_teacher[t.id]["pred"], dtype=np.int64)]
+                          for t in teachers], axis=1)
     candidates = {score: [fn(rows_by_teacher[t.id]) for t in teachers] for score, fn in SCORES.items()}
     for score, by_teacher in (extra_scores or {}).items():
         candidates[score] = [by_teacher[t.id] for t in teachers]

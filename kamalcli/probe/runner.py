@@ -11,12 +11,13 @@ import hashlib
 import json
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from kamalcli.errors import KamalError
+from kamalcli.labels import label_indices
 from kamalcli.probe.arrays import ProbeArrays, ProbeSettings, default_layers
 from kamalcli.probe.figures import row_scores, rmd_split_means, selection_table, summarize
 
@@ -93,6 +94,7 @@ class Runner:
     mode: str = "auto"
     run_id: int | None = None
     options_key: str = ""
+    _gold_labels: dict = field(default_factory=dict, init=False, repr=False)
 
     # -- (1) probes ------------------------------------------------------------
     def ensure(self, teacher, dataset, settings: ProbeSettings, *, need_layers: bool = True):
@@ -209,11 +211,10 @@ class Runner:
         probes = [p for p in probes if getattr(self.store.rmd_fit_of(p.id), "id", None) != fit.id]
         if not probes:
             return None
-        models = {layer: RMDModel.load(Path(fit.path) / f"rmd-L{layer}.npz") for layer in settings.layers}
         last = max(settings.layers)
+        model = RMDModel.load(Path(fit.path) / f"rmd-L{last}.npz")
         for probe in probes:
-            arrays = ProbeArrays.load(Path(probe.path))
-            values = models[last].score(arrays.features[last])
+            values = model.score(ProbeArrays.load(Path(probe.path)).features[last])
             summary = dict(probe.summary)
             summary["rmd"] = {"source": source, "fit_data": dataset.name, "fit_rows": fit.num_rows,
                               "layer": last, "circular": source == "pseudo",
@@ -222,7 +223,6 @@ class Runner:
         return {"teacher": teacher.name, "source": source, "data": dataset.name, "rows": fit.num_rows}
 
     def _fit(self, teacher, settings: ProbeSettings, source: str, dataset, fit_key: str):
-        from kamalcli.data import load_dataset_rows
         from kamalcli.fsutil import publish_dir
         from kamalcli.probe.rmd import fit_rmd
 
@@ -234,9 +234,7 @@ class Runner:
             local = probs.argmax(axis=1)
             everything = np.ones(len(local), dtype=bool)
         else:
-            _, gold = load_dataset_rows(dataset)
-            position = {name: i for i, name in enumerate(teacher.labels)}
-            local = np.array([position.get(g, -1) for g in gold])
+            local = label_indices(self._gold(dataset), teacher.labels)
             keep = local >= 0
             # The teacher's own training rows are all in-distribution; a labelled
             # set may hold other classes too, which only the background sees.
@@ -267,24 +265,27 @@ class Runner:
         if any(f is None for f in fits.values()):
             return {}
         shared = set.intersection(*(set(f.layers[:-1]) for f in fits.values()))
-        extra = {}
-        for layer in sorted(shared):
-            extra[f"rmd@L{layer}"] = {
-                t.id: -RMDModel.load(Path(fits[t.id].path) / f"rmd-L{layer}.npz").score(
-                    ProbeArrays.load(Path(probes[t.id].path)).features[layer])
-                for t in teachers
-            }
-        return extra
+        arrays = {t.id: ProbeArrays.load(Path(probes[t.id].path)) for t in teachers}
+        return {
+            f"rmd@L{layer}": {t.id: -RMDModel.load(Path(fits[t.id].path) / f"rmd-L{layer}.npz").score(arrays[t.id].features[layer])
+                              for t in teachers}
+            for layer in sorted(shared)
+        }
 
-    def _in_domain(self, teacher, probe) -> np.ndarray | None:
+    def _gold(self, dataset) -> list[str]:
+        """A labelled dataset's gold labels, read once per run."""
         from kamalcli.data import load_dataset_rows
 
+        if dataset.id not in self._gold_labels:
+            self._gold_labels[dataset.id] = load_dataset_rows(dataset)[1]
+        return self._gold_labels[dataset.id]
+
+    def _in_domain(self, teacher, probe) -> np.ndarray | None:
         dataset = self.store.dataset_by_id(probe.dataset_id)
         if not dataset.has_labels:
             return None
-        _, gold = load_dataset_rows(dataset)
         owned = set(teacher.labels)
-        return np.array([g in owned for g in gold], dtype=bool)
+        return np.array([g in owned for g in self._gold(dataset)], dtype=bool)
 
     def _rmd_source(self, teacher, fit_dataset, probes):
         if fit_dataset is not None:
@@ -314,8 +315,6 @@ class Runner:
     # -- (3) selection quality -------------------------------------------------------
     def measure_selection(self, dataset) -> dict | None:
         """Per score: how often the most confident teacher owns the gold label; stored."""
-        from kamalcli.data import load_dataset_rows
-
         if not dataset.has_labels:
             return None
         probes = self.store.probes(dataset_id=dataset.id, options_key=self.options_key)
@@ -325,11 +324,9 @@ class Runner:
         teachers = [t for t in self.store.teachers() if t.id in latest]
         if len(teachers) < 2:
             return None
-        _, gold = load_dataset_rows(dataset)
         space = self.store.label_space(teachers)
         results = selection_table(
-            gold, space, teachers, {t.id: self.store.probe_rows(latest[t.id].id) for t in teachers},
-            {t.id: ProbeArrays.load(Path(latest[t.id].path)).probs() for t in teachers},
+            self._gold(dataset), space, teachers, {t.id: self.store.probe_rows(latest[t.id].id) for t in teachers},
             self._rmd_other_layers(teachers, latest),
         )
         self.store.replace_selection(dataset.id, self.options_key, [t.name for t in teachers],
