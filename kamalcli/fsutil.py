@@ -54,10 +54,6 @@ def sha256_files(paths: Iterable[Path], chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
-
 def remove_artifacts(workspace, paths) -> None:
     """Delete files and folders the database no longer points at (only inside the workspace)."""
     root = workspace.artifacts.resolve()

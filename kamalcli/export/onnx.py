@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -27,7 +27,7 @@ import numpy as np
 from kamalcli import __version__
 from kamalcli.errors import KamalError, KamalFailure
 from kamalcli.export.card import labels_table, markdown_table, render_card
-from kamalcli.fsutil import dir_size, publish_dir, write_json_atomic, write_text_atomic
+from kamalcli.fsutil import publish_dir, write_json_atomic, write_text_atomic
 
 FP32_TOLERANCE = 1e-4  # max |logit difference| allowed between fp32 ONNX and PyTorch
 INT8_MIN_AGREEMENT = 0.99  # below this argmax agreement an int8 export carries a warning
@@ -52,11 +52,9 @@ class ExportResult:
     parity: dict[str, Any]
     size_bytes: int  # model.onnx
     providers: list[str]  # onnxruntime providers the parity check ran on
-    fused_ops: list[str]  # fused operator types present in model.onnx
-    fused_op_counts: dict[str, int] = field(default_factory=dict)
+    fused_op_counts: dict[str, int] = field(default_factory=dict)  # fused operator types in model.onnx
     optimized: bool = True
     fp32_size_bytes: int = 0
-    folder_bytes: int = 0
     parameters: int = 0
     inputs: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
@@ -67,10 +65,9 @@ class ExportResult:
     def model_path(self) -> Path:
         return self.path / "model.onnx"
 
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["path"] = str(self.path)
-        return data
+    @property
+    def fused_ops(self) -> list[str]:
+        return sorted(self.fused_op_counts)
 
 
 # -- quiet tools ----------------------------------------------------------------
@@ -188,12 +185,6 @@ def _quantize_int8(src: Path, dst: Path) -> None:
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
 
-def _session(path: Path):
-    from kamalcli.export.runtime import create_session
-
-    return create_session(path, "cpu")
-
-
 # -- parity -------------------------------------------------------------------
 
 @dataclass
@@ -233,8 +224,10 @@ def _ort_logits(session, batches: _Batches) -> np.ndarray:
 
 def _run(path: Path, batches: _Batches) -> tuple[list[str], np.ndarray]:
     """(providers, logits) of an ONNX file on the parity batches, on the CPU."""
+    from kamalcli.export.runtime import create_session
+
     try:
-        session = _session(path)
+        session = create_session(path, "cpu")
         return list(session.get_providers()), _ort_logits(session, batches)
     except Exception as e:  # onnxruntime's own error types
         raise KamalFailure(f"onnxruntime cannot run {path.name}: {_first_line(e)}") from None
@@ -249,11 +242,9 @@ def _compare(got: np.ndarray, ref: np.ndarray) -> dict[str, float]:
     }
 
 
-def _tokenizer_agreement(folder: Path, texts: Sequence[str], batches: _Batches, max_length: int) -> float:
+def _tokenizer_agreement(tokenizer, truncation_side: str, texts: Sequence[str], batches: _Batches,
+                         max_length: int) -> float:
     """Share of texts the exported tokenizer.json (tokenizers alone) encodes exactly like transformers."""
-    from kamalcli.export.runtime import load_tokenizer
-
-    tokenizer, *_ , truncation_side = load_tokenizer(folder)
     tokenizer.enable_truncation(max_length, direction=truncation_side)
     mine = [e.ids for e in tokenizer.encode_batch(list(texts))]
     theirs = [row for batch in batches.ids for row in batch]
@@ -387,7 +378,6 @@ def export_onnx(student_folder: Path, out_dir: Path, *, quantize: str | None = N
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    result.folder_bytes = dir_size(out_dir)
     return result
 
 
@@ -415,14 +405,13 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
             raise
         except Exception as e:
             raise KamalFailure(f"ONNX export failed: {_first_line(e)}") from None
-        optimized, counts, why = (False, {}, "optimisation switched off")
-        fp32 = raw
+        optimized, counts, fp32 = False, {}, raw
         if optimize:
             optimized, counts, why = _optimize(raw, work / "optimized.onnx", config)
             if optimized:
                 fp32 = work / "optimized.onnx"
-        if why and optimize:
-            notes.append(why)
+            if why:
+                notes.append(why)
 
     # Parity of the fp32 model against PyTorch eager, on real texts with padding.
     max_length = _max_length(config, tokenizer)
@@ -495,8 +484,8 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
     _copy_tokenizer(student, staging, tokenizer)
     from kamalcli.export.runtime import load_tokenizer as load_fast_tokenizer
 
-    _, pad_id, pad_token, _, _ = load_fast_tokenizer(staging)
-    parity["tokenizer_agreement"] = _tokenizer_agreement(staging, texts, batches, parity_length)
+    fast_tokenizer, pad_id, pad_token, _, truncation_side = load_fast_tokenizer(staging)
+    parity["tokenizer_agreement"] = _tokenizer_agreement(fast_tokenizer, truncation_side, texts, batches, parity_length)
     if parity["tokenizer_agreement"] < 1.0:
         result_warnings.append(
             f"tokenizer.json alone encodes {1 - parity['tokenizer_agreement']:.1%} of the parity texts differently "
@@ -505,7 +494,7 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
 
     result = ExportResult(
         path=out_dir, opset=opset, quantize=quantize, parity=parity, size_bytes=size, providers=providers,
-        fused_ops=sorted(counts), fused_op_counts=counts, optimized=optimized, fp32_size_bytes=fp32_size,
+        fused_op_counts=counts, optimized=optimized, fp32_size_bytes=fp32_size,
         parameters=parameters, inputs=names, labels=labels, notes=notes, warnings=result_warnings,
     )
     usage = _usage(names, pad_id, pad_token, max_length)

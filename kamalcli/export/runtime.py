@@ -49,7 +49,7 @@ def _import_ort():
     return ort
 
 
-def session_options(ort, *, threads: int | None = None, severity: int = QUIET, spin: bool = False):
+def session_options(ort, *, threads: int | None = None, severity: int = QUIET):
     options = ort.SessionOptions()
     options.log_severity_level = severity
     if threads:
@@ -58,11 +58,11 @@ def session_options(ort, *, threads: int | None = None, severity: int = QUIET, s
     # OMP_WAIT_POLICY=PASSIVE for torch (kamalcli.runtime), passive waiting is
     # the safe choice: measured on 2 cores with another busy process or a second
     # session, spinning made batch-1 calls 2-3x slower; alone it gained nothing.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 
-def create_session(model_path: Path, device: str = "cpu", *, threads: int | None = None, spin: bool = False):
+def create_session(model_path: Path, device: str = "cpu", *, threads: int | None = None):
     """An InferenceSession on 'cpu', 'cuda' (or fail) or 'auto' (CUDA if it really loads, else CPU)."""
     device = (device or "cpu").lower()
     if device not in {"cpu", "cuda", "auto"}:
@@ -70,7 +70,7 @@ def create_session(model_path: Path, device: str = "cpu", *, threads: int | None
     ort = _import_ort()
     model_path = str(model_path)
     if device == "cpu" or (device == "auto" and CUDA not in ort.get_available_providers()):
-        return ort.InferenceSession(model_path, session_options(ort, threads=threads, spin=spin), providers=[CPU])
+        return ort.InferenceSession(model_path, session_options(ort, threads=threads), providers=[CPU])
     if CUDA not in ort.get_available_providers():
         raise KamalError("--device cuda was asked for, but this onnxruntime has no CUDA support "
                          "(pip install onnxruntime-gpu)")
@@ -80,7 +80,7 @@ def create_session(model_path: Path, device: str = "cpu", *, threads: int | None
     # silence it for the duration of this attempt only.
     ort.set_default_logger_severity(SILENT)
     try:
-        session = ort.InferenceSession(model_path, session_options(ort, threads=threads, severity=SILENT, spin=spin),
+        session = ort.InferenceSession(model_path, session_options(ort, threads=threads, severity=SILENT),
                                        providers=[CUDA, CPU])
     finally:
         ort.set_default_logger_severity(QUIET)
@@ -171,10 +171,6 @@ class OnnxClassifier:
         self.input_names: list[str] = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         self.output_name = "logits" if "logits" in outputs else outputs[0]
-
-    @property
-    def device(self) -> str:
-        return "cuda" if CUDA in self.providers else "cpu"
 
     def _feed(self, texts: Sequence[str], max_length: int) -> dict[str, np.ndarray]:
         self.tokenizer.enable_truncation(max_length, direction=self.truncation_side)
