@@ -17,7 +17,7 @@ def _labelled(dataset):
     return load_dataset_rows(dataset)
 
 
-def evaluate_student(workspace, store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
+def evaluate_student(store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
     from kamalcli.prediction import student_folder, student_logits
 
     student_folder(student)

@@ -363,24 +363,13 @@ class Store:
                 [status, _dumps(result) if result is not None else None, error, now(), run_id],
             )
 
-    def update_run(self, run_id: int, *, params: dict | None = None, workdir: str | None = None) -> None:
+    def update_run(self, run_id: int, *, workdir: str) -> None:
         with self.transaction():
-            if params is not None:
-                self.db.execute("UPDATE runs SET params = ? WHERE id = ?", [_dumps(params), run_id])
-            if workdir is not None:
-                self.db.execute("UPDATE runs SET workdir = ? WHERE id = ?", [workdir, run_id])
+            self.db.execute("UPDATE runs SET workdir = ? WHERE id = ?", [workdir, run_id])
 
     def runs(self, kind: str | None = None, name: str | None = None, status: str | None = None) -> list[Run]:
-        where, params = [], []
-        for column, value in (("kind", kind), ("name", name), ("status", status)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-        return [self._run(r) for r in self._rows(sql, params)]
-
-    def run(self, run_id: int) -> Run:
-        return self._run(self._one("SELECT * FROM runs WHERE id = ?", [run_id]))
+        where, params = _where(kind=kind, name=name, status=status)
+        return [self._run(r) for r in self._rows(f"SELECT * FROM runs{where} ORDER BY id", params)]
 
     def mark_stale_runs(self) -> int:
         """Runs left 'running' by a process that no longer exists were interrupted."""
@@ -405,13 +394,8 @@ class Store:
 
     def probes(self, *, teacher_id: int | None = None, dataset_id: int | None = None,
                options_key: str | None = None) -> list[Probe]:
-        where, params = [], []
-        for column, value in (("teacher_id", teacher_id), ("dataset_id", dataset_id), ("options_key", options_key)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        sql = "SELECT * FROM probes" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
-        return [self._probe(r) for r in self._rows(sql, params)]
+        where, params = _where(teacher_id=teacher_id, dataset_id=dataset_id, options_key=options_key)
+        return [self._probe(r) for r in self._rows(f"SELECT * FROM probes{where} ORDER BY id", params)]
 
     def add_probe(self, rows: dict, **fields: Any) -> Probe:
         """One transaction: the probe and its per-row scores (columns PROBE_ROW_COLUMNS)."""
@@ -488,10 +472,8 @@ class Store:
                      r.get("target_accuracy"), r.get("rows", 0), now()],
                 )
 
-    def selections(self, dataset_id: int | None = None) -> list[dict]:
-        sql = ("SELECT s.*, d.name AS dataset FROM selection s JOIN datasets d ON d.id = s.dataset_id"
-               + (" WHERE s.dataset_id = ?" if dataset_id is not None else "") + " ORDER BY s.id")
-        rows = self._rows(sql, [dataset_id] if dataset_id is not None else [])
+    def selections(self) -> list[dict]:
+        rows = self._rows("SELECT s.*, d.name AS dataset FROM selection s JOIN datasets d ON d.id = s.dataset_id ORDER BY s.id")
         for r in rows:
             r["teachers"] = _loads(r["teachers"], [])
             r["probe_ids"] = _loads(r["probe_ids"], [])
@@ -541,10 +523,6 @@ class Store:
                 )
         return self.student_by_id(student_id)
 
-    def set_student_metrics(self, student_id: int, metrics: dict) -> None:
-        with self.transaction():
-            self.db.execute("UPDATE students SET metrics = ? WHERE id = ?", [_dumps(metrics), student_id])
-
     def remove_student(self, name: str) -> Student:
         student = self.student(name)
         self._delete("students", student.id)
@@ -588,24 +566,25 @@ class Store:
         sql = "SELECT * FROM exports" + (" WHERE student_id = ?" if student_id is not None else "") + " ORDER BY id"
         return [self._export(r) for r in self._rows(sql, [student_id] if student_id is not None else [])]
 
-    def latest_export(self, student_id: int, quantize: str | None = "any") -> Export | None:
-        """The newest export whose folder still exists (fp32 preferred unless quantize is given)."""
+    def latest_export(self, student_id: int) -> Export | None:
+        """The newest export whose folder still exists, fp32 preferred."""
         from pathlib import Path
 
         found = [e for e in self.exports(student_id) if (Path(e.path) / "model.onnx").is_file()]
-        if quantize != "any":
-            found = [e for e in found if e.quantize == quantize]
-        else:
-            found.sort(key=lambda e: (e.quantize is None, e.id))
+        found.sort(key=lambda e: (e.quantize is None, e.id))
         return found[-1] if found else None
 
     # -- counts for `kamal status` -----------------------------------------
     def counts(self) -> dict[str, int]:
-        tables = {"teachers": "teachers", "labels": "labels", "datasets": "datasets", "runs": "runs"}
-        extra = {"probes": "probes", "students": "students", "exports": "exports"}
-        existing = set(self.db.table_names())
-        tables.update({k: v for k, v in extra.items() if v in existing})
-        return {k: self._one(f"SELECT count(*) AS n FROM {v}")["n"] for k, v in tables.items()}
+        tables = ("teachers", "labels", "datasets", "runs", "probes", "students", "exports")
+        return {t: self._one(f"SELECT count(*) AS n FROM {t}")["n"] for t in tables}
+
+
+def _where(**filters) -> tuple[str, list]:
+    """' WHERE a = ? AND b = ?' for the filters that are not None, and their values."""
+    given = {column: value for column, value in filters.items() if value is not None}
+    clause = " WHERE " + " AND ".join(f"{column} = ?" for column in given) if given else ""
+    return clause, list(given.values())
 
 
 def _py(value):

@@ -22,6 +22,13 @@ class App:
             self._workspace = find_workspace(self.workspace_option)
         return self._workspace
 
+    def setting(self, section: str, key: str, given=None, default=None):
+        """A command-line value if given, else the workspace's kamal.toml, else the default."""
+        return given if given is not None else self.workspace.setting(section, key, default)
+
+    def device(self, given: str | None) -> str:
+        return self.setting("workspace", "device", given, "auto")
+
     @contextlib.contextmanager
     def reader(self) -> Iterator["Store"]:  # noqa: F821
         from kamalcli.store import Store

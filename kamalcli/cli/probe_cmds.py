@@ -8,10 +8,6 @@ from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 
 
-def _setting(app: App, section: str, key: str, given, default):
-    return given if given is not None else app.workspace.setting(section, key, default)
-
-
 @click.command()
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="Only this teacher (repeatable; default: all).")
 @click.option("--data", "data_names", multiple=True, metavar="NAME", help="Only this dataset (repeatable; default: all).")
@@ -33,14 +29,14 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
     from kamalcli.probe.service import ProbeRequest, probe_workspace
 
     request = ProbeRequest(
-        mc_samples=_setting(app, "probe", "mc_samples", mc_samples, 16),
-        dropout=_setting(app, "probe", "dropout", dropout, None),
-        max_length=_setting(app, "probe", "max_length", max_length, 128),
+        mc_samples=app.setting("probe", "mc_samples", mc_samples, 16),
+        dropout=app.setting("probe", "dropout", dropout, None),
+        max_length=app.setting("probe", "max_length", max_length, 128),
         layers=rmd_layers or "default",
-        seed=_setting(app, "workspace", "seed", seed, 0),
+        seed=app.setting("workspace", "seed", seed, 0),
     )
-    use_rmd = _setting(app, "probe", "rmd", rmd, True)
-    batch = _setting(app, "probe", "batch_size", batch_size, 32)
+    use_rmd = app.setting("probe", "rmd", rmd, True)
+    batch = app.setting("probe", "batch_size", batch_size, 32)
     if batch < 1:
         raise click.BadParameter("must be at least 1", param_hint="--batch-size")
     with app.writer() as store:
@@ -50,7 +46,7 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
             store.dataset(d)
         summary = probe_workspace(
             app.workspace, store, request, teacher_names=teacher_names, dataset_names=data_names,
-            rmd=use_rmd, rmd_fit=rmd_fit, device=_setting(app, "workspace", "device", device, "auto"),
+            rmd=use_rmd, rmd_fit=rmd_fit, device=app.device(device),
             batch_size=batch, mode=mc_mode, say=note,
         )
     computed, cached = summary["computed"], summary["cached"]

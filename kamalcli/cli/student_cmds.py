@@ -42,29 +42,26 @@ def train_options(f):
 
 
 def train_settings(app: App, epochs, batch_size, lr, max_length, seed, checkpoint_every) -> dict:
-    ws = app.workspace
-    pick = lambda given, key, default, section="train": given if given is not None else ws.setting(section, key, default)  # noqa: E731
     return {
-        "epochs": pick(epochs, "epochs", 1),
-        "batch_size": pick(batch_size, "batch_size", 32),
-        "lr": float(pick(lr, "lr", 1e-4)),
-        "max_length": pick(max_length, "max_length", 128),
-        "warmup": float(ws.setting("train", "warmup", 0.1)),
-        "weight_decay": float(ws.setting("train", "weight_decay", 0.01)),
-        "grad_clip": float(ws.setting("train", "grad_clip", 1.0)),
-        "seed": pick(seed, "seed", 0, "workspace"),
-        "checkpoint_every": pick(checkpoint_every, "checkpoint_every", 200),
+        "epochs": app.setting("train", "epochs", epochs, 1),
+        "batch_size": app.setting("train", "batch_size", batch_size, 32),
+        "lr": float(app.setting("train", "lr", lr, 1e-4)),
+        "max_length": app.setting("train", "max_length", max_length, 128),
+        "warmup": float(app.setting("train", "warmup", default=0.1)),
+        "weight_decay": float(app.setting("train", "weight_decay", default=0.01)),
+        "grad_clip": float(app.setting("train", "grad_clip", default=1.0)),
+        "seed": app.setting("workspace", "seed", seed, 0),
+        "checkpoint_every": app.setting("train", "checkpoint_every", checkpoint_every, 200),
     }
 
 
 def probe_settings(app: App, mc_samples: int | None = None) -> dict:
-    ws = app.workspace
     return {
-        "mc_samples": mc_samples if mc_samples is not None else ws.setting("probe", "mc_samples", 16),
-        "dropout": ws.setting("probe", "dropout", None),
-        "max_length": ws.setting("probe", "max_length", 128),
+        "mc_samples": app.setting("probe", "mc_samples", mc_samples, 16),
+        "dropout": app.setting("probe", "dropout"),
+        "max_length": app.setting("probe", "max_length", default=128),
         "layers": "default",
-        "seed": ws.setting("workspace", "seed", 0),
+        "seed": app.setting("workspace", "seed", default=0),
     }
 
 
@@ -104,7 +101,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
-        probe=probe_settings(app, mc_samples), device=device or app.workspace.setting("workspace", "device", "auto"),
+        probe=probe_settings(app, mc_samples), device=app.device(device),
     )
     with app.writer() as store:
         student = service.amalgamate(app.workspace, store, request, say=note)
@@ -133,7 +130,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
         method=method or "", options=list(options), name=name, data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
-        probe=probe_settings(app, mc_samples), device=device or app.workspace.setting("workspace", "device", "auto"),
+        probe=probe_settings(app, mc_samples), device=app.device(device),
     )
     with app.writer() as store:
         student = run_extend(app.workspace, store, base, student_name=student_name,
@@ -189,7 +186,7 @@ def eval_cmd(app: App, student_name, data_name, baseline, device, as_json) -> No
 
     if bool(student_name) == bool(baseline):
         raise KamalError("give a STUDENT or --baseline (ensemble, teacher:NAME), not both")
-    device = device or app.workspace.setting("workspace", "device", "auto")
+    device = app.device(device)
     with app.writer() as store:
         dataset = store.dataset(data_name)
         if baseline:
@@ -198,7 +195,7 @@ def eval_cmd(app: App, student_name, data_name, baseline, device, as_json) -> No
             subject = f"baseline {baseline}"
         else:
             student = store.student(student_name)
-            metrics = evaluate_student(app.workspace, store, student, dataset, device=device)
+            metrics = evaluate_student(store, student, dataset, device=device)
             subject = f"student {student.name}"
     if as_json:
         emit_json(metrics)
@@ -235,7 +232,7 @@ def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> 
         export = store.latest_export(student.id) if onnx else None
     if onnx and export is None:
         raise KamalError(f"student {student_name} has no ONNX export yet: run `kamal export {student_name} --onnx`")
-    device = device or app.workspace.setting("workspace", "device", "auto")
+    device = app.device(device)
     labels, probs = predict_texts(student, all_texts, export=export, device=device)
     top = max(1, min(top, len(labels)))
     results = []

@@ -94,7 +94,7 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
             data=data, labels=split_labels(labels), name=name,
             base=base or app.workspace.setting("train", "student", "minilm-l6"), base_layers=base_layers,
             train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
-            device=device or app.workspace.setting("workspace", "device", "auto"),
+            device=app.device(device),
         )
         with app.writer() as store:
             teacher, result = run_training(app.workspace, store, request, say=note)
