@@ -86,3 +86,11 @@ def test_status_json_has_stable_keys(kamal):
     data = kamal.json("status")
     assert set(data) == {"workspace", "counts", "labels", "shared_labels", "running", "recent_runs"}
     assert data["counts"]["teachers"] == 0
+
+
+def test_first_line_of_an_error():
+    from kamalcli.errors import first_line
+
+    assert first_line(ValueError()) == "ValueError"  # no message: its type, not an IndexError
+    assert first_line(OSError("\n disk full\nmore detail")) == "disk full"
+    assert first_line(RuntimeError("x" * 300), 10) == "x" * 10
