@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-
 import click
 
 from kamalcli.cli.app import App, pass_app
+from kamalcli.cli.options import probe_settings, train_options, train_settings
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 from kamalcli.errors import KamalError
 
@@ -24,45 +24,6 @@ def methods(as_json: bool) -> None:
     table("Methods (kamal amalgamate --method NAME --option key=value)", ["name", "what it does", "options (defaults)", "source"],
           [(r["name"], r["summary"], ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-", r["paper"] or "-")
            for r in rows])
-
-
-def train_options(f):
-    options = [
-        click.option("--epochs", type=int, help="Passes over the transfer data (default 1)."),
-        click.option("--batch-size", type=int, help="Rows per step (default 32)."),
-        click.option("--lr", type=float, help="Peak learning rate (default 1e-4)."),
-        click.option("--max-length", type=int, help="Tokens per text (default 128)."),
-        click.option("--seed", type=int, help="Seed (default: the workspace seed)."),
-        click.option("--checkpoint-every", type=int, help="Save a checkpoint every N steps (default 200)."),
-        click.option("--device", help="cpu, cuda or auto."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-def train_settings(app: App, epochs, batch_size, lr, max_length, seed, checkpoint_every) -> dict:
-    return {
-        "epochs": app.setting("train", "epochs", epochs, 1),
-        "batch_size": app.setting("train", "batch_size", batch_size, 32),
-        "lr": float(app.setting("train", "lr", lr, 1e-4)),
-        "max_length": app.setting("train", "max_length", max_length, 128),
-        "warmup": float(app.setting("train", "warmup", default=0.1)),
-        "weight_decay": float(app.setting("train", "weight_decay", default=0.01)),
-        "grad_clip": float(app.setting("train", "grad_clip", default=1.0)),
-        "seed": app.setting("workspace", "seed", seed, 0),
-        "checkpoint_every": app.setting("train", "checkpoint_every", checkpoint_every, 200),
-    }
-
-
-def probe_settings(app: App, mc_samples: int | None = None) -> dict:
-    return {
-        "mc_samples": app.setting("probe", "mc_samples", mc_samples, 16),
-        "dropout": app.setting("probe", "dropout"),
-        "max_length": app.setting("probe", "max_length", default=128),
-        "layers": "default",
-        "seed": app.setting("workspace", "seed", default=0),
-    }
 
 
 @click.command()

@@ -7,7 +7,7 @@ import click
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, note, table
 from kamalcli.errors import KamalError
-from kamalcli.cli.student_cmds import train_options, train_settings
+from kamalcli.cli.options import train_options, train_settings
 from kamalcli.names import split_labels
 
 
