@@ -31,6 +31,7 @@ class AmalgamateRequest:
     train: dict = field(default_factory=dict)
     probe: dict = field(default_factory=dict)
     device: str = "auto"
+    reprobe: bool = False              # probe again with these settings even if other cached probes exist
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -113,7 +114,7 @@ def plan(store, request: AmalgamateRequest):
         eval_set = store.dataset(request.select_by.split(":", 1)[1])
         if not eval_set.has_labels:
             raise KamalError(f"--select-by {request.select_by}: that dataset has no labels")
-    name = check_name(request.name, "student") if request.name else _default_name(store, method.name)
+    name = check_name(request.name, "student") if request.name is not None else _default_name(store, method.name)
     if store.find_student(name) is not None:
         raise KamalError(f"a student named {name!r} exists already; choose another --name")
     if request.rmd_fit:
@@ -145,7 +146,11 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     request = replace(request, name=name)
     train_config = TrainConfig(**request.train)
     train_config.validate()
-    probe_request = ProbeRequest(**request.probe)
+    from kamalcli.probe.choice import choose_probes
+
+    probe_request = choose_probes(store, teachers, dataset, ProbeRequest(**request.probe),
+                                  need_rmd=options_need_rmd(options), max_length=train_config.max_length,
+                                  reprobe=request.reprobe, say=say)
     kind = "extend" if request.parent else "amalgamate"
     with training_run(workspace, store, kind, name, request.as_json(), resume_run=resume_run,
                       resume_hint=f"kamal amalgamate --resume {name}", say=say) as (run, workdir):
@@ -196,7 +201,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     # 2. the student, over the union label space (an extended student keeps its old label ids)
     model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
     texts, _ = load_dataset_rows(dataset)
-    encoded = encode(tokenizer, texts, train_config.max_length)
+    encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
     if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
         train_rows, held_out = holdout_split(len(texts), train_config.seed)
     else:
@@ -207,7 +212,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     elif request.select_by.startswith("eval:"):
         eval_set = store.dataset(request.select_by.split(":", 1)[1])
         eval_texts, gold = load_dataset_rows(eval_set)
-        selector = EvalAccuracy(eval_set.name, encode(tokenizer, eval_texts, train_config.max_length),
+        selector = EvalAccuracy(eval_set.name, encode(tokenizer, eval_texts, train_config.max_length, config=model.config),
                                 label_indices(gold, outputs.space.names), device)
         say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
 
@@ -244,12 +249,11 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
 
 def _other_probes(store, teacher, dataset) -> str:
     others = {(p.options.get("mc_samples"), p.options.get("max_length"))
-              for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id)}
+              for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id) if (Path(p.path) / "meta.json").is_file()}
     if not others:
         return ""
     listed = "; ".join(f"K={k}, max length {n}" for k, n in sorted(others))
-    return (f"; its cached probes differ ({listed}): pass --mc-samples, or set [probe] in kamal.toml, "
-            "to use one")
+    return f"; its other cached probes ({listed}) are not used (--reprobe)"
 
 
 def options_need_rmd(options) -> bool:

@@ -8,6 +8,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from kamalcli.runtime import say_once
+
 
 @dataclass(frozen=True)
 class Encoded:
@@ -36,7 +38,32 @@ class Encoded:
         return {k: v.to(device) for k, v in out.items()}
 
 
-def encode(tokenizer, texts: Sequence[str], max_length: int, chunk: int = 4096) -> Encoded:
+def token_limit(config, tokenizer=None) -> int:
+    """The most tokens a model takes: its position embeddings (or less, if its tokenizer says so)."""
+    positions = int(getattr(config, "max_position_embeddings", 512) or 512)
+    if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
+        positions -= 2  # positions start after the padding index
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < positions:
+        positions = declared
+    return positions
+
+
+def clamp_length(max_length: int, config, tokenizer=None) -> int:
+    """max_length, or the model's limit if that is lower (said once per command: longer inputs crash a model)."""
+    limit = token_limit(config, tokenizer)
+    if max_length <= limit:
+        return max_length
+    message = (f"Note: the model takes at most {limit} tokens, so texts are cut at {limit}, "
+               f"not at the max length {max_length} asked for.")
+    say_once(message)
+    return limit
+
+
+def encode(tokenizer, texts: Sequence[str], max_length: int, chunk: int = 4096, *, config=None) -> Encoded:
+    """Token ids per text, cut at max_length (and, given the model's config, at the model's limit)."""
+    if config is not None:
+        max_length = clamp_length(max_length, config, tokenizer)
     ids: list[np.ndarray] = []
     for start in range(0, len(texts), chunk):
         enc = tokenizer(

@@ -129,7 +129,8 @@ def _load_columns(path: Path, fmt: str, cache_dir: Path) -> tuple[list[str], dic
     import datasets
 
     datasets.disable_progress_bars()
-    datasets.utils.logging.set_verbosity_error()
+    # datasets logs a parser's failure at ERROR before raising it; kamal reports it itself, once.
+    datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
     kwargs = {}
     if fmt == "csv" and path.name.lower().removesuffix(".gz").endswith(".tsv"):
         kwargs["sep"] = "\t"
@@ -142,11 +143,11 @@ def _load_columns(path: Path, fmt: str, cache_dir: Path) -> tuple[list[str], dic
             keep_in_memory=True,
             **kwargs,
         )
+        return list(loaded.column_names), loaded.to_dict()  # strings are decoded here
     except UnicodeDecodeError:
         raise KamalError(f"{path.name} is not valid UTF-8 text") from None
     except Exception as e:  # datasets wraps parser errors in many types
         raise KamalError(f"cannot read {path.name} as {fmt}: {_root_message(e)}") from None
-    return list(loaded.column_names), loaded.to_dict()
 
 
 def _root_message(error: BaseException) -> str:
@@ -191,7 +192,7 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
     from kamalcli.names import check_name, default_name
 
     path = Path(source).expanduser()
-    name = check_name(name or default_name(path.name.split(".")[0]), "dataset")
+    name = check_name(default_name(path.name.split(".")[0]) if name is None else name, "dataset")
     if store.has_dataset(name):
         raise KamalError(f"a dataset named {name!r} exists already; choose another --name")
     table = read_table(path, text_column, label_column, workspace.tmp_dir(), want_labels=(role == "eval"))

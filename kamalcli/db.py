@@ -221,7 +221,46 @@ def _migrations():
             """
         )
 
+    @migrations()
+    def m005_relative_paths(db):
+        """Paths inside the workspace become relative to it, so a workspace can be moved or copied.
+
+        The old root is also read from paths kamal always writes inside its own workspace (the part
+        before /.kamal/), so a workspace that was moved before this migration ran converts right too.
+        Teachers, bases and exports may live elsewhere (another workspace, too): they only follow.
+        """
+        path_columns = {"teachers": ["path"], "datasets": ["path"], "probes": ["path"], "rmd_fits": ["path"],
+                        "students": ["path", "base"], "exports": ["path"], "runs": ["workdir"]}
+        own = {"datasets": "path", "probes": "path", "rmd_fits": "path", "students": "path", "runs": "workdir"}
+        roots = {_database_root(db)}
+        for table, column in own.items():
+            for (value,) in db.execute(f"SELECT {column} FROM {table} WHERE {column} LIKE '%/.kamal/artifacts/%'"):
+                roots.add(value.rsplit("/.kamal/artifacts/", 1)[0])
+        roots.discard(None)
+        for table, columns in path_columns.items():
+            for column in columns:
+                rows = db.execute(f"SELECT rowid, {column} FROM {table} WHERE {column} LIKE '/%'").fetchall()
+                for rowid, value in rows:
+                    relative = _relative_to_any(value, roots)
+                    if relative is not None:
+                        db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", [relative, rowid])
+
     return migrations
+
+
+def _database_root(db) -> str | None:
+    """The workspace folder of a database at ROOT/.kamal/kamal.db (None in memory)."""
+    for _, name, file in db.execute("PRAGMA database_list").fetchall():
+        if name == "main" and file:
+            return str(Path(file).resolve().parent.parent)
+    return None
+
+
+def _relative_to_any(value: str, roots: set[str]) -> str | None:
+    for root in sorted(roots, key=len, reverse=True):
+        if value.startswith(root.rstrip("/") + "/"):
+            return value[len(root.rstrip("/")) + 1:]
+    return None
 
 
 def _run_script(db, script: str) -> None:

@@ -59,7 +59,7 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
             f"{', '.join(teacher_names)} only knows labels {parent.name} has already ({labels}): nothing to extend; "
             "pass --refine to retrain on them anyway"
         )
-    name = base.name or _next_version(store, parent.name)
+    name = _next_version(store, parent.name) if base.name is None else base.name
     if store.find_student(name) is not None:
         raise KamalError(f"a student named {name!r} exists already; choose another --name")
     method = base.method or parent.method

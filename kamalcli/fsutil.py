@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -38,11 +39,18 @@ def publish_dir(staging: Path, final: Path) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():
         old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, old)
-        os.rename(staging, final)
+        os.rename(final, old)  # aside until the new folder is in place
+        try:
+            os.rename(staging, final)
+        except BaseException:
+            os.rename(old, final)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(staging, final)
+    if staging.parent != final.parent and staging.parent.parent.name == "tmp":  # an emptied Workspace.tmp_dir()
+        with contextlib.suppress(OSError):
+            staging.parent.rmdir()
 
 
 def sha256_files(paths: Iterable[Path], chunk: int = 1 << 20) -> str:
@@ -65,3 +73,24 @@ def remove_artifacts(workspace, paths) -> None:
             shutil.rmtree(path, ignore_errors=True)
         elif path.exists():
             path.unlink()
+
+
+def stored_path(path: str | os.PathLike | None, root: Path | None) -> str | None:
+    """How the database records a path: relative to the workspace root when inside it, so the
+    workspace can be moved or copied; absolute otherwise."""
+    if path is None or root is None:
+        return None if path is None else str(path)
+    absolute = Path(path)
+    if not absolute.is_absolute():
+        return str(path)
+    try:
+        return absolute.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def resolved_path(text: str | None, root: Path | None) -> str | None:
+    """A path read from the database, absolute again (relative ones are inside the workspace)."""
+    if text is None or root is None or os.path.isabs(text):
+        return text
+    return str(root / text)

@@ -44,7 +44,7 @@ def student_logits(student, texts: list[str], *, device: str = "auto", batch_siz
     folder = student_folder(student)
     device = resolve_device(device)
     model = load_classifier(folder).to(device)
-    encoded = encode(load_tokenizer(folder), texts, _max_length(student))
+    encoded = encode(load_tokenizer(folder), texts, _max_length(student), config=model.config)
     return predict_logits(model, encoded, batch_size=batch_size, device=device)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -21,16 +23,44 @@ class RunRecord:
 def recorded_run(store, kind: str, name: str | None, params: dict, workdir: str | None = None) -> Iterator[RunRecord]:
     """Whatever happens inside, the run row ends in a final state (a crash leaves a record)."""
     record = RunRecord(store.start_run(kind, name, params, workdir))
+    received: list = []
     try:
-        yield record
+        with _sigterm_as_sigint() as received:
+            yield record
     except KeyboardInterrupt:
-        store.finish_run(record.id, "interrupted", record.result or None, "interrupted by the user (Ctrl-C)")
+        how = "by SIGTERM" if received else "by the user (Ctrl-C)"
+        store.finish_run(record.id, "interrupted", record.result or None, f"interrupted {how}")
         raise
     except BaseException as e:
         store.finish_run(record.id, "failed", record.result or None, first_line(e, 500))
         raise
     else:
         store.finish_run(record.id, "done", record.result)
+
+
+@contextlib.contextmanager
+def _sigterm_as_sigint() -> Iterator[list]:
+    """SIGTERM (kill, a shutdown) stops a run the way Ctrl-C does: whatever handles SIGINT now
+    (the training loop's finish-the-step-and-checkpoint handler, say) handles it. Yields a list
+    that is non-empty once SIGTERM came."""
+    received: list = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum, frame):
+        received.append(signum)
+        on_interrupt = signal.getsignal(signal.SIGINT)
+        if callable(on_interrupt):
+            on_interrupt(signal.SIGINT, frame)
+        else:  # SIGINT ignored (a background job): still stop
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

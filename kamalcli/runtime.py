@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -15,8 +16,19 @@ def cache_dir() -> Path:
     return Path(override) if override else Path(platformdirs.user_cache_dir("kamalcli"))
 
 
+_said: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """A note on stderr, once per command however often the code that finds it runs."""
+    if message not in _said:
+        _said.add(message)
+        print(message, file=sys.stderr)
+
+
 def prepare_environment() -> None:
-    """Set defaults the user has not set. Cheap: touches only os.environ."""
+    """Set defaults the user has not set, at the start of every command. Cheap: touches only os.environ."""
+    _said.clear()
     # With another busy process, 2-thread torch with OpenMP's active spin-wait
     # slows down ~50x; passive waiting costs nothing measurable.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from kamalcli.errors import KamalError
+from kamalcli.fsutil import resolved_path, stored_path
 from kamalcli.labels import LabelSpace
 
 
@@ -113,6 +114,7 @@ class Run:
     workdir: str | None
     started_at: str
     finished_at: str | None
+    pid: int | None = None
 
     def as_json(self) -> dict:
         return {
@@ -216,12 +218,21 @@ PROBE_ROW_COLUMNS = ("pred", "max_prob", "entropy", "uhat", "mc_pred", "mc_max_p
 
 
 class Store:
-    def __init__(self, db):
+    """root: the workspace folder; paths inside it are stored relative to it (see fsutil.stored_path)."""
+
+    def __init__(self, db, root=None):
         self.db = db
+        self.root = root
 
     @classmethod
     def open(cls, workspace) -> "Store":
-        return cls(workspace.db())
+        return cls(workspace.db(), workspace.root)
+
+    def _rel(self, path) -> str | None:
+        return stored_path(path, self.root)
+
+    def _abs(self, text: str | None) -> str | None:
+        return resolved_path(text, self.root)
 
     def close(self) -> None:
         self.db.close()
@@ -257,7 +268,7 @@ class Store:
         labels = [r["name"] for r in self._rows(
             "SELECT l.name FROM teacher_labels tl JOIN labels l ON l.id = tl.label_id "
             "WHERE tl.teacher_id = ? ORDER BY tl.position", [row["id"]])]
-        return Teacher(**row, labels=tuple(labels))
+        return Teacher(**{**row, "path": self._abs(row["path"])}, labels=tuple(labels))
 
     def teachers(self) -> list[Teacher]:
         return [self._teacher(r) for r in self._rows("SELECT * FROM teachers ORDER BY id")]
@@ -277,6 +288,7 @@ class Store:
         return self._teacher(row) if row else None
 
     def add_teacher(self, *, labels: list[str], **fields: Any) -> Teacher:
+        fields = {**fields, "path": self._rel(fields["path"])}
         with self.transaction():
             teacher_id = self._insert("teachers", fields)
             for position, label in enumerate(labels):
@@ -304,6 +316,7 @@ class Store:
         row = dict(row)
         row["columns"] = _loads(row["columns"], [])
         row["label_counts"] = _loads(row["label_counts"])
+        row["path"] = self._abs(row["path"])
         return Dataset(**row)
 
     def datasets(self, role: str | None = None) -> list[Dataset]:
@@ -326,7 +339,8 @@ class Store:
         return self._one("SELECT 1 FROM datasets WHERE name = ?", [name]) is not None
 
     def add_dataset(self, *, columns: list[str], label_counts: dict | None, **fields: Any) -> Dataset:
-        fields = {**fields, "columns": _dumps(columns), "label_counts": _dumps(label_counts) if label_counts is not None else None}
+        fields = {**fields, "columns": _dumps(columns), "path": self._rel(fields["path"]),
+                  "label_counts": _dumps(label_counts) if label_counts is not None else None}
         with self.transaction():
             dataset_id = self._insert("datasets", fields)
         return self.dataset_by_id(dataset_id)
@@ -338,21 +352,21 @@ class Store:
 
     def dataset_shared(self, dataset: Dataset) -> bool:
         """Whether another dataset uses the same workspace copy (same content)."""
-        return self._one("SELECT 1 FROM datasets WHERE path = ? AND id != ?", [dataset.path, dataset.id]) is not None
+        return self._one("SELECT 1 FROM datasets WHERE path = ? AND id != ?", [self._rel(dataset.path), dataset.id]) is not None
 
     # -- runs -------------------------------------------------------------
     def _run(self, row: dict) -> Run:
         row = dict(row)
-        row.pop("pid", None)
         row["params"] = _loads(row["params"], {})
         row["result"] = _loads(row["result"])
+        row["workdir"] = self._abs(row["workdir"])
         return Run(**row)
 
     def start_run(self, kind: str, name: str | None, params: dict, workdir: str | None = None) -> int:
         with self.transaction():
             cursor = self.db.execute(
                 "INSERT INTO runs (kind, name, status, params, workdir, pid, started_at) VALUES (?, ?, 'running', ?, ?, ?, ?)",
-                [kind, name, _dumps(params), workdir, os.getpid(), now()],
+                [kind, name, _dumps(params), self._rel(workdir), os.getpid(), now()],
             )
         return cursor.lastrowid
 
@@ -365,15 +379,16 @@ class Store:
 
     def update_run(self, run_id: int, *, workdir: str) -> None:
         with self.transaction():
-            self.db.execute("UPDATE runs SET workdir = ? WHERE id = ?", [workdir, run_id])
+            self.db.execute("UPDATE runs SET workdir = ? WHERE id = ?", [self._rel(workdir), run_id])
 
     def runs(self, kind: str | None = None, name: str | None = None, status: str | None = None) -> list[Run]:
         where, params = _where(kind=kind, name=name, status=status)
         return [self._run(r) for r in self._rows(f"SELECT * FROM runs{where} ORDER BY id", params)]
 
     def mark_stale_runs(self) -> int:
-        """Runs left 'running' by a process that no longer exists were interrupted."""
-        stale = [r for r in self._rows("SELECT id, pid FROM runs WHERE status = 'running'") if not _alive(r["pid"])]
+        """Call holding the write lock. Every run starts under that lock, so any run still
+        'running' now was cut off (killed or crashed), whatever process has its pid today."""
+        stale = self._rows("SELECT id FROM runs WHERE status = 'running'")
         for r in stale:
             self.finish_run(r["id"], "interrupted", error="the process ended without finishing (killed or crashed)")
         return len(stale)
@@ -383,6 +398,7 @@ class Store:
         row = dict(row)
         row["options"] = _loads(row["options"], {})
         row["summary"] = _loads(row["summary"], {})
+        row["path"] = self._abs(row["path"])
         return Probe(**row)
 
     def find_probe(self, key: str) -> Probe | None:
@@ -399,7 +415,8 @@ class Store:
 
     def add_probe(self, rows: dict, **fields: Any) -> Probe:
         """One transaction: the probe and its per-row scores (columns PROBE_ROW_COLUMNS)."""
-        fields = {**fields, "options": _dumps(fields["options"]), "summary": _dumps(fields.get("summary", {}))}
+        fields = {**fields, "options": _dumps(fields["options"]), "summary": _dumps(fields.get("summary", {})),
+                  "path": self._rel(fields["path"])}
         with self.transaction():
             probe_id = self._insert("probes", fields)
             columns = [rows[c] for c in PROBE_ROW_COLUMNS]
@@ -422,22 +439,21 @@ class Store:
         """Folders of the probes (and RMD fits) that removing this teacher or dataset deletes."""
         paths = [p.path for p in self.probes(teacher_id=teacher_id, dataset_id=dataset_id)]
         column, value = ("teacher_id", teacher_id) if teacher_id is not None else ("dataset_id", dataset_id)
-        paths += [r["path"] for r in self._rows(f"SELECT path FROM rmd_fits WHERE {column} = ?", [value])]
+        paths += [self._abs(r["path"]) for r in self._rows(f"SELECT path FROM rmd_fits WHERE {column} = ?", [value])]
         return paths
 
     def delete_probe(self, probe_id: int) -> None:
         self._delete("probes", probe_id)
 
-    @staticmethod
-    def _rmd_fit(row: dict | None) -> RmdFit | None:
-        return RmdFit(**{**row, "layers": _loads(row["layers"], [])}) if row else None
+    def _rmd_fit(self, row: dict | None) -> RmdFit | None:
+        return RmdFit(**{**row, "layers": _loads(row["layers"], []), "path": self._abs(row["path"])}) if row else None
 
     def find_rmd_fit(self, key: str) -> RmdFit | None:
         return self._rmd_fit(self._one("SELECT * FROM rmd_fits WHERE key = ?", [key]))
 
     def add_rmd_fit(self, **fields: Any) -> RmdFit:
         with self.transaction():
-            self._insert("rmd_fits", {**fields, "layers": _dumps(fields["layers"])})
+            self._insert("rmd_fits", {**fields, "layers": _dumps(fields["layers"]), "path": self._rel(fields["path"])})
         return self.find_rmd_fit(fields["key"])
 
     def delete_rmd_fit(self, fit_id: int) -> None:
@@ -484,6 +500,7 @@ class Store:
         row = dict(row)
         for key, default in (("options", {}), ("labels", []), ("train", {}), ("metrics", {})):
             row[key] = _loads(row[key], default)
+        row["path"], row["base"] = self._abs(row["path"]), self._abs(row["base"])
         parent = self._one("SELECT name FROM students WHERE id = ?", [row["parent_id"]]) if row["parent_id"] else None
         teachers = self._rows(
             "SELECT teacher_name AS name, fingerprint, probe_id, teacher_id IS NOT NULL AS registered "
@@ -513,6 +530,7 @@ class Store:
         """teachers: (teacher, probe_id) in the order of the student's label space."""
         for key in ("options", "labels", "train", "metrics"):
             fields[key] = _dumps(fields.get(key, {}))
+        fields["path"], fields["base"] = self._rel(fields["path"]), self._rel(fields["base"])
         with self.transaction():
             student_id = self._insert("students", fields)
             for position, (teacher, probe_id) in enumerate(teachers):
@@ -552,10 +570,12 @@ class Store:
     def _export(self, row: dict) -> Export:
         row = dict(row)
         row["parity"] = _loads(row["parity"], {})
+        row["path"] = self._abs(row["path"])
         return Export(**row)
 
     def add_export(self, *, student_id: int, path: str, quantize: str | None, opset: int, parity: dict,
                    size_bytes: int) -> Export:
+        path = self._rel(path)
         with self.transaction():
             self.db.execute("DELETE FROM exports WHERE path = ?", [path])
             export_id = self._insert("exports", {"student_id": student_id, "path": path, "quantize": quantize,
@@ -591,14 +611,3 @@ def _py(value):
     """numpy scalars -> Python numbers for sqlite3."""
     return value.item() if hasattr(value, "item") else value
 
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

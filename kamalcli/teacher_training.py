@@ -78,7 +78,7 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
         config = replace(config, device=device)
         model = build_student(base, request.labels, num_layers=request.base_layers, seed=config.seed)
         tokenizer = load_tokenizer(base)
-        encoded = encode(tokenizer, texts, config.max_length)
+        encoded = encode(tokenizer, texts, config.max_length, config=model.config)
         train_rows, held_out = holdout_split(len(texts), config.seed, max_rows=None)
         size = len(held_out)
         objective = supervised_objective(label_ids)

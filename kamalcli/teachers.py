@@ -1,7 +1,9 @@
 """Reading a fine-tuned classifier folder: what it is, its labels, its fingerprint.
 
-Only config.json and file bytes are read here (no torch), so registering a
-teacher is instant; the weights load when something runs the model.
+config.json, file bytes and the weights' shapes are read here (safetensors headers,
+or a .bin on torch's meta device: no pickle code runs, no weights are loaded), so
+registering a teacher is quick and a folder whose weights do not fit its config is
+refused before anything is recorded.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from kamalcli.errors import KamalError
+from kamalcli.errors import KamalError, first_line
 from kamalcli.fsutil import sha256_files
 from kamalcli.labels import is_generic_label
 
@@ -137,6 +139,14 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         raise KamalError(f"{source}: label names repeat: {', '.join(names)}")
     if any(not n.strip() for n in names):
         raise KamalError(f"{source}: a label name is empty")
+    tokenizer = tokenizer_fingerprint(folder)
+    if tokenizer is None:
+        raise KamalError(
+            f"{source} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); copy in the tokenizer "
+            "the model was trained with"
+        )
+    fingerprint = weights_fingerprint(folder)
+    check_weights(folder, len(names))
 
     return ModelFolder(
         path=folder,
@@ -148,22 +158,111 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         hidden_size=config.get("hidden_size") or config.get("dim") or config.get("d_model"),
         vocab_size=config.get("vocab_size"),
         dropout=dropout_rate(config),
-        fingerprint=weights_fingerprint(folder),
-        tokenizer_fingerprint=tokenizer_fingerprint(folder),
+        fingerprint=fingerprint,
+        tokenizer_fingerprint=tokenizer,
         weight_files=tuple(p.name for p in weight_files(folder)),
     )
 
 
-def _head_size(folder: Path) -> int | None:
-    """Rows of the classification head, read from the safetensors header (no torch)."""
+def check_weights(folder: Path, num_labels: int) -> None:
+    """The weight files load without running pickle, and their tensors have the shapes config.json implies.
+
+    The expected shapes come from the model built on the meta device (no memory, no weights);
+    the stored ones from safetensors headers, or from a .bin opened with weights_only=True on
+    the meta device. A tensor the model does not know is ignored; one it knows with another
+    shape, or a model most of whose tensors are missing, is refused.
+    """
+    stored = _stored_shapes(folder)
+    expected, prefix = _expected_shapes(folder, num_labels)
+    found = 0
+    for name, shape in expected.items():
+        candidates = (name, f"{prefix}.{name}", name.removeprefix(f"{prefix}."))
+        match = next((stored[c] for c in candidates if c in stored), None)
+        if match is None:
+            continue
+        found += 1
+        if tuple(match) != tuple(shape):
+            raise KamalError(
+                f"{folder}: weights do not match config.json: {name} has shape {tuple(match)}, "
+                f"the config implies {tuple(shape)}"
+            )
+    if found < len(expected) / 2:
+        raise KamalError(f"{folder}: weights do not match config.json: only {found} of the {len(expected)} "
+                         "tensors the config implies are in the weight files")
+
+
+def _stored_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in weight_files(folder):
+        try:
+            if path.suffix == ".safetensors":
+                shapes.update({k: tuple(v["shape"]) for k, v in _safetensors_header(path).items()})
+            else:
+                shapes.update(_bin_shapes(path))
+        except KamalError:
+            raise
+        except Exception as e:  # torch/unpickling/JSON errors: the file is not what it says
+            raise KamalError(f"{path} is not a readable weight file: {first_line(e, 160)}") from None
+    return shapes
+
+
+def _safetensors_header(path: Path) -> dict:
     import struct
 
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise KamalError(f"{path} is not a safetensors file (too short)")
+        size = struct.unpack("<Q", head)[0]
+        if size > min(path.stat().st_size - 8, 100_000_000):
+            raise KamalError(f"{path} is not a safetensors file (bad header size)")
+        header = json.loads(f.read(size))
+    if not isinstance(header, dict):
+        raise KamalError(f"{path} is not a safetensors file (bad header)")
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    if not all(isinstance(v, dict) and isinstance(v.get("shape"), list) for v in tensors.values()):
+        raise KamalError(f"{path} is not a safetensors file (bad header)")
+    return tensors
+
+
+def _bin_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():  # torch warns about pickle protocols before refusing a foreign pickle
+        warnings.simplefilter("ignore")
+        try:
+            state = torch.load(path, weights_only=True, map_location="meta", mmap=True)
+        except RuntimeError:  # an old (non-zip) torch file cannot be memory-mapped
+            state = torch.load(path, weights_only=True, map_location="meta")
+    if not isinstance(state, dict):
+        raise KamalError(f"{path} does not hold a state dict of tensors")
+    return {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape")}
+
+
+def _expected_shapes(folder: Path, num_labels: int) -> tuple[dict[str, tuple[int, ...]], str]:
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+        config.num_labels = num_labels
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(config, trust_remote_code=False)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise KamalError(f"{folder}: config.json does not describe a model transformers can build: "
+                         f"{first_line(e, 160)}") from None
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    return shapes, model.base_model_prefix
+
+
+def _head_size(folder: Path) -> int | None:
+    """Rows of the classification head, read from the safetensors header (no torch)."""
     for path in weight_files(folder):
         if path.suffix != ".safetensors":
             return None
-        with open(path, "rb") as f:
-            size = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(size))
+        header = _safetensors_header(path)
         for name in ("classifier.weight", "classifier.out_proj.weight", "score.weight"):
             if name in header:
                 return int(header[name]["shape"][0])
@@ -195,7 +294,7 @@ def register_teacher(workspace, store, source: str, *, name: str | None, labels:
 
     folder = resolve_classifier_source(source)
     info = inspect_classifier(folder, labels)
-    name = check_name(name or default_name(info.path.name), "teacher")
+    name = check_name(default_name(info.path.name) if name is None else name, "teacher")
     existing = store.find_teacher(name=name, fingerprint=info.fingerprint)
     if existing is not None and existing.fingerprint == info.fingerprint:
         raise KamalError(f"these weights are already registered as teacher {existing.name!r}")
@@ -221,32 +320,41 @@ def register_teacher(workspace, store, source: str, *, name: str | None, labels:
     if info.dropout in (0, 0.0):
         notes.append(f"{name} has dropout 0: MC-dropout probing needs --dropout P (or --mc-samples 1).")
 
-    path = info.path
+    path, copied = info.path, None
     if copy:
         target = workspace.artifact_dir("teachers") / info.fingerprint[:16]
         if not target.exists():
-            staging = workspace.tmp_dir() / "model"
-            shutil.copytree(info.path, staging)
             from kamalcli.fsutil import publish_dir
 
-            publish_dir(staging, target)
+            scratch = workspace.tmp_dir()
+            try:
+                shutil.copytree(info.path, scratch / "model")
+                publish_dir(scratch / "model", target)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            copied = target
         path = target
 
-    teacher = store.add_teacher(
-        labels=list(info.labels),
-        name=name,
-        source=str(source),
-        path=str(path),
-        fingerprint=info.fingerprint,
-        architecture=info.architecture,
-        model_type=info.model_type,
-        num_layers=info.num_layers,
-        hidden_size=info.hidden_size,
-        vocab_size=info.vocab_size,
-        dropout=info.dropout,
-        tokenizer_fingerprint=info.tokenizer_fingerprint,
-        origin=origin,
-        train_dataset_id=train_dataset_id,
-        student_id=student_id,
-    )
+    try:
+        teacher = store.add_teacher(
+            labels=list(info.labels),
+            name=name,
+            source=str(source),
+            path=str(path),
+            fingerprint=info.fingerprint,
+            architecture=info.architecture,
+            model_type=info.model_type,
+            num_layers=info.num_layers,
+            hidden_size=info.hidden_size,
+            vocab_size=info.vocab_size,
+            dropout=info.dropout,
+            tokenizer_fingerprint=info.tokenizer_fingerprint,
+            origin=origin,
+            train_dataset_id=train_dataset_id,
+            student_id=student_id,
+        )
+    except BaseException:
+        if copied is not None:  # a copy no teacher row points at
+            shutil.rmtree(copied, ignore_errors=True)
+        raise
     return teacher, notes

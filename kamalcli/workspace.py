@@ -19,6 +19,16 @@ from kamalcli.fsutil import ensure_writable_dir, write_text_atomic
 CONFIG_NAME = "kamal.toml"
 STATE_DIR = ".kamal"
 ARTIFACT_KINDS = ("teachers", "data", "probes", "students", "exports", "runs", "tmp")
+# The type every kamal.toml setting must have (float settings take integers too).
+SETTING_TYPES = {
+    ("workspace", "seed"): int, ("workspace", "device"): str,
+    ("probe", "mc_samples"): int, ("probe", "dropout"): float, ("probe", "batch_size"): int,
+    ("probe", "max_length"): int, ("probe", "rmd"): bool,
+    ("train", "student"): str, ("train", "epochs"): int, ("train", "batch_size"): int, ("train", "lr"): float,
+    ("train", "max_length"): int, ("train", "warmup"): float, ("train", "weight_decay"): float,
+    ("train", "grad_clip"): float, ("train", "checkpoint_every"): int, ("train", "select_by"): str,
+}
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def template_text(name: str) -> str:
@@ -72,13 +82,36 @@ class Workspace:
             raise KamalError(f"{self.config_path} is not valid TOML: {e}") from None
 
     def setting(self, section: str, key: str, default: Any = None) -> Any:
-        return self.config().get(section, {}).get(key, default)
+        """A kamal.toml value (or the default), checked against the type the setting must have."""
+        table = self.config().get(section, {})
+        if not isinstance(table, dict):
+            raise KamalError(f"{self.config_path}: [{section}] must be a table of settings")
+        if key not in table:
+            return default
+        value, wanted = table[key], SETTING_TYPES.get((section, key))
+        if wanted is not None and not _has_type(value, wanted):
+            raise KamalError(f"{self.config_path}: [{section}] {key} = {value!r} must be {_TYPE_NAMES[wanted]}")
+        return value
 
     # -- database ------------------------------------------------------
     def db(self):
+        """The workspace database; refused when missing or empty (only `kamal init` makes one)."""
         from kamalcli.db import open_database
 
+        if not self.db_path.is_file() or self.db_path.stat().st_size == 0:
+            found = "missing" if not self.db_path.exists() else (
+                "not a file" if not self.db_path.is_file() else "empty (0 bytes)")
+            raise KamalError(
+                f"the workspace database {self.db_path} is {found}{self._artifacts_found()}; kamal will not "
+                "start an empty one: restore it from a backup, or run `kamal init --force` (the old state is kept aside)"
+            )
         return open_database(self.db_path)
+
+    def _artifacts_found(self) -> str:
+        counts = {kind: sum(1 for _ in self.artifact_dir(kind).iterdir())
+                  for kind in ARTIFACT_KINDS if kind != "tmp" and self.artifact_dir(kind).is_dir()}
+        held = [f"{n} in {kind}" for kind, n in counts.items() if n]
+        return f" while {self.artifacts} holds {', '.join(held)}" if held else ""
 
     # -- writers -------------------------------------------------------
     @contextlib.contextmanager
@@ -134,6 +167,24 @@ def find_workspace(explicit: str | os.PathLike | None = None, start: Path | None
     raise KamalError("not inside a kamal workspace: run `kamal init PATH`, or pass --workspace")
 
 
+def _has_type(value: Any, wanted: type) -> bool:
+    if wanted is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if wanted is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, wanted)
+
+
+def _free_backup_path(root: Path) -> Path:
+    """.kamal.old-DATE, or .kamal.old-DATE-2, -3... when one was made within the same second."""
+    base = f"{STATE_DIR}.old-{time.strftime('%Y%m%d-%H%M%S')}"
+    candidate, n = root / base, 1
+    while candidate.exists():
+        n += 1
+        candidate = root / f"{base}-{n}"
+    return candidate
+
+
 def init_workspace(path: str | os.PathLike, force: bool = False) -> tuple[Workspace, Path | None]:
     """Create a workspace. With force, an existing one is moved aside, never deleted.
 
@@ -150,12 +201,12 @@ def init_workspace(path: str | os.PathLike, force: bool = False) -> tuple[Worksp
 
     backup = None
     if existing:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = root / f"{STATE_DIR}.old-{stamp}"
-        backup.mkdir()
-        for item in (ws.state_dir, ws.config_path):
-            if item.exists():
-                shutil.move(str(item), str(backup / item.name))
+        with ws.write_lock():  # never pull the state from under a running writer
+            backup = _free_backup_path(root)
+            backup.mkdir()
+            for item in (ws.state_dir, ws.config_path):
+                if item.exists():
+                    shutil.move(str(item), str(backup / item.name))
 
     staging = root / f"{STATE_DIR}.init-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

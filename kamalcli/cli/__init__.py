@@ -16,10 +16,18 @@ from kamalcli.runtime import prepare_environment
 class KamalGroup(click.Group):
     """Turns every failure into one line on stderr and an exit code (KAMAL_DEBUG=1: traceback)."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            _usage_error(ctx, e)
+
     def invoke(self, ctx: click.Context):
         debug = os.environ.get("KAMAL_DEBUG", "") not in ("", "0")
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:
+            _usage_error(ctx, e)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except KamalError as e:
@@ -41,6 +49,13 @@ class KamalGroup(click.Group):
 
     def list_commands(self, ctx):  # keep the order commands were added (the pipeline's order)
         return list(self.commands)
+
+
+def _usage_error(ctx: click.Context, error: click.UsageError):
+    """One line, like every other error (click's own form is three: usage, hint, error)."""
+    command = error.ctx.command_path if error.ctx is not None else ctx.command_path
+    click.echo(f"Error: {error.format_message().rstrip('.')} (see `{command} --help`)", err=True)
+    ctx.exit(error.exit_code)
 
 
 @click.group(cls=KamalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -41,13 +41,16 @@ class App:
 
     @contextlib.contextmanager
     def writer(self) -> Iterator["Store"]:  # noqa: F821
-        """Hold the workspace's write lock. Any run still 'running' now was cut off."""
+        """Hold the workspace's write lock. Any run still 'running' now was cut off, and what
+        killed or failed commands left behind is removed."""
+        from kamalcli.leftovers import clean_leftovers
         from kamalcli.store import Store
 
         with self.workspace.write_lock():
             store = Store.open(self.workspace)
             try:
                 store.mark_stale_runs()
+                clean_leftovers(self.workspace, store)
                 yield store
             finally:
                 store.close()

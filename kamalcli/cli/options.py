@@ -22,6 +22,11 @@ def train_options(f):
     return f
 
 
+reprobe_option = click.option(
+    "--reprobe", is_flag=True,
+    help="Probe the teachers again with these settings even though cached probes with other settings exist.")
+
+
 def train_settings(app: App, epochs, batch_size, lr, max_length, seed, checkpoint_every) -> dict:
     return {
         "epochs": app.setting("train", "epochs", epochs, 1),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.options import probe_settings, train_options, train_settings
+from kamalcli.cli.options import probe_settings, reprobe_option, train_options, train_settings
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 from kamalcli.errors import KamalError
 
@@ -38,10 +38,11 @@ def methods(as_json: bool) -> None:
 @click.option("--mc-samples", type=int, help="Which probe the confidences come from: its MC-dropout passes K (default 16).")
 @click.option("--rmd-fit", metavar="NAME", help="Labelled data to fit the teachers' RMD on (with --option score=rmd).")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
+@reprobe_option
 @train_options
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by,
-               mc_samples, rmd_fit, resume, epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
+               mc_samples, rmd_fit, resume, reprobe, epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli import amalgamate as service
 
@@ -62,7 +63,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
-        probe=probe_settings(app, mc_samples), device=app.device(device),
+        probe=probe_settings(app, mc_samples), device=app.device(device), reprobe=reprobe,
     )
     with app.writer() as store:
         student = service.amalgamate(app.workspace, store, request, say=note)
@@ -79,10 +80,11 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
 @click.option("--select-by", metavar="HOW", help="transfer-loss (label-free, default) or eval:NAME (uses labels).")
 @click.option("--mc-samples", type=int, help="MC-dropout passes K for the teachers' confidences (default 16).")
 @click.option("--refine", is_flag=True, help="Allow teachers that add no new label (retrain on what they know).")
+@reprobe_option
 @train_options
 @pass_app
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
-           epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
+           reprobe, epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
     """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
     from kamalcli import amalgamate as service
     from kamalcli.extend import extend as run_extend
@@ -91,7 +93,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
         method=method or "", options=list(options), name=name, data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
-        probe=probe_settings(app, mc_samples), device=app.device(device),
+        probe=probe_settings(app, mc_samples), device=app.device(device), reprobe=reprobe,
     )
     with app.writer() as store:
         student = run_extend(app.workspace, store, base, student_name=student_name,
@@ -145,7 +147,9 @@ def eval_cmd(app: App, student_name, data_name, baseline, device, as_json) -> No
     """Accuracy, macro-F1, per-class F1 and the confusion matrix of a student (or baseline)."""
     from kamalcli.evaluation import evaluate_baseline, evaluate_student
 
-    if bool(student_name) == bool(baseline):
+    if student_name is None and baseline is None:
+        raise KamalError("say what to evaluate: a STUDENT, or --baseline ensemble or teacher:NAME")
+    if student_name is not None and baseline is not None:
         raise KamalError("give a STUDENT or --baseline (ensemble, teacher:NAME), not both")
     device = app.device(device)
     with app.writer() as store:
@@ -178,7 +182,7 @@ def eval_cmd(app: App, student_name, data_name, baseline, device, as_json) -> No
 @click.option("--file", "file", type=click.Path(dir_okay=False), help="A file with one text per line.")
 @click.option("--onnx", is_flag=True, help="Use the student's ONNX export (kamal export STUDENT --onnx).")
 @click.option("--device", help="cpu, cuda or auto.")
-@click.option("--top", type=int, default=1, show_default=True, help="Show the N most likely labels.")
+@click.option("--top", type=click.IntRange(min=1), default=1, show_default=True, help="Show the N most likely labels.")
 @json_option
 @pass_app
 def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> None:
@@ -195,7 +199,7 @@ def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> 
         raise KamalError(f"student {student_name} has no ONNX export yet: run `kamal export {student_name} --onnx`")
     device = app.device(device)
     labels, probs = predict_texts(student, all_texts, export=export, device=device)
-    top = max(1, min(top, len(labels)))
+    top = min(top, len(labels))
     results = []
     for text, p in zip(all_texts, probs):
         order = p.argsort()[::-1][:top]

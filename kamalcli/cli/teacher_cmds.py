@@ -88,7 +88,7 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
         with app.writer() as store:
             teacher, result = resume_teacher(app.workspace, store, resume, say=note)
     else:
-        if not (data and labels and name):
+        if data is None or labels is None or name is None:
             raise KamalError("give DATA, --labels a,b,... and --name NAME (or --resume NAME)")
         request = TeacherRequest(
             data=data, labels=split_labels(labels), name=name,

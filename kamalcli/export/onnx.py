@@ -34,6 +34,7 @@ INT8_MIN_AGREEMENT = 0.99  # below this argmax agreement an int8 export carries 
 PARITY_BATCH = 8
 PARITY_MAX_LENGTH = 128
 QUANTIZE_CHOICES = ("int8",)
+EXPORT_MARKER = ".kamal-export"  # written into every export: `--force` replaces only folders holding it
 FUSED_OPS = (
     "Attention", "MultiHeadAttention", "EmbedLayerNormalization", "SkipLayerNormalization",
     "LayerNormalization", "BiasGelu", "FastGelu", "Gelu", "GemmFastGelu", "BiasSkipLayerNormalization",
@@ -271,16 +272,6 @@ def _copy_tokenizer(student: Path, staging: Path, tokenizer) -> None:
             raise KamalError(f"{student}: the tokenizer cannot be saved as tokenizer.json")
 
 
-def _max_length(config, tokenizer) -> int:
-    positions = int(getattr(config, "max_position_embeddings", 512) or 512)
-    if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
-        positions -= 2  # positions start after the padding index
-    declared = getattr(tokenizer, "model_max_length", None)
-    if isinstance(declared, int) and 0 < declared < positions:
-        positions = declared
-    return positions
-
-
 def _usage(names: list[str], pad_id: int, pad_token: str, max_length: int) -> str:
     attr = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
     feed = "".join(f'    "{n}": np.array([e.{attr[n]} for e in enc], dtype=np.int64),\n' for n in names)
@@ -366,12 +357,19 @@ def export_onnx(student_folder: Path, out_dir: Path, *, quantize: str | None = N
     if not 11 <= opset <= 20:
         raise KamalError(f"opset {opset} is not supported: use 11 to 20")
 
+    from kamalcli.export.runtime import import_ort
+
+    import_ort()  # before anything else imports it, so its telemetry files go to kamal's cache
     staging = _staging_dir(out_dir)
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    try:
+        staging.mkdir(parents=True)
+    except OSError as e:
+        raise KamalError(f"cannot write to {out_dir.parent}: {e.strerror}") from None
     try:
         result = _export_into(staging, student_folder, out_dir, quantize=quantize, texts=texts, opset=opset,
                               optimize=optimize, card_fields=card_fields)
+        write_json_atomic(staging / EXPORT_MARKER, {"kamal_version": __version__, "source": str(student_folder)})
         if out_dir.exists() and not overwrite:  # appeared while we worked
             raise KamalError(f"{out_dir} already exists (use --force to replace it)")
         publish_dir(staging, out_dir)
@@ -383,6 +381,7 @@ def export_onnx(student_folder: Path, out_dir: Path, *, quantize: str | None = N
 
 def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str | None, texts: list[str],
                  opset: int, optimize: bool, card_fields: dict | None) -> ExportResult:
+    from kamalcli.batching import token_limit
     from kamalcli.modeling import count_parameters, labels_of, load_classifier, load_tokenizer
 
     work = staging / ".work"
@@ -414,7 +413,7 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
                 notes.append(why)
 
     # Parity of the fp32 model against PyTorch eager, on real texts with padding.
-    max_length = _max_length(config, tokenizer)
+    max_length = token_limit(config, tokenizer)
     parity_length = min(PARITY_MAX_LENGTH, max_length)
     batches = _encode(tokenizer, texts, names, parity_length, PARITY_BATCH)
     reference = _torch_logits(model, batches)

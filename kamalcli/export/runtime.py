@@ -3,7 +3,8 @@
 An export folder (see kamalcli.export.onnx) holds model.onnx, tokenizer.json,
 labels.json, config.json and export.json.
 
-Caches: on the CPU execution provider onnxruntime writes nothing to disk. The
+Caches: onnxruntime's import writes telemetry files (see import_ort, which keeps
+them in kamal's cache); on the CPU execution provider it writes nothing else. The
 CUDA execution provider keeps its kernel/algorithm choices in memory; the only
 on-disk caches in reach are the TensorRT execution provider's engine and timing
 caches (`trt_engine_cache_path` / `trt_timing_cache_path` provider options, or
@@ -42,7 +43,21 @@ def _prepare_gpu_caches() -> None:
     os.environ.setdefault("CUDA_CACHE_PATH", str(base / "cuda"))
 
 
-def _import_ort():
+def import_ort():
+    """onnxruntime, quiet. Its first import writes telemetry files (a device id and an event
+    database under $XDG_CACHE_HOME, else ~/.cache/Microsoft): pointed at kamal's cache for it."""
+    import sys
+
+    if "onnxruntime" not in sys.modules:
+        previous = os.environ.get("XDG_CACHE_HOME")
+        os.environ["XDG_CACHE_HOME"] = str(ort_cache_dir())
+        try:
+            import onnxruntime  # noqa: F401
+        finally:
+            if previous is None:
+                del os.environ["XDG_CACHE_HOME"]
+            else:
+                os.environ["XDG_CACHE_HOME"] = previous
     import onnxruntime as ort
 
     ort.set_default_logger_severity(QUIET)
@@ -67,7 +82,7 @@ def create_session(model_path: Path, device: str = "cpu", *, threads: int | None
     device = (device or "cpu").lower()
     if device not in {"cpu", "cuda", "auto"}:
         raise KamalError(f"unknown device {device!r}: use cpu, cuda or auto")
-    ort = _import_ort()
+    ort = import_ort()
     model_path = str(model_path)
     if device == "cpu" or (device == "auto" and CUDA not in ort.get_available_providers()):
         return ort.InferenceSession(model_path, session_options(ort, threads=threads), providers=[CPU])

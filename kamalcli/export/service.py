@@ -60,6 +60,30 @@ def _teacher_labels(store, teacher_row: dict) -> list[str]:
     return list(found.labels) if found and found.fingerprint == teacher_row["fingerprint"] else []
 
 
+def check_target(workspace, store, target: Path, force: bool) -> None:
+    """An export folder may replace (with --force) only a previous kamal export: never the workspace,
+    a folder holding it, its state, or a folder with anything else in it."""
+    from kamalcli.export.onnx import EXPORT_MARKER
+
+    root, state = workspace.root.resolve(), workspace.state_dir.resolve()
+    target = target.resolve()
+    if target == root or target in root.parents:
+        raise KamalError(f"--out {target} would replace the workspace {root}; choose a folder of the export's own")
+    exports = workspace.artifact_dir("exports").resolve()
+    if (target == state or state in target.parents) and target.parent != exports:
+        raise KamalError(f"--out {target} is inside the workspace's state ({state}); choose another folder")
+    if not target.exists():
+        return
+    if not force:
+        raise KamalError(f"{target} already exists (use --force to replace a previous export)")
+    if not target.is_dir():
+        raise KamalError(f"{target} is a file, not a previous export; choose another --out")
+    recorded = any(Path(e.path).resolve() == target for e in store.exports())  # exports made before the marker
+    if not ((target / EXPORT_MARKER).is_file() or recorded or not any(target.iterdir())):
+        raise KamalError(f"{target} is not a previous kamal export (it has no {EXPORT_MARKER}); --force replaces "
+                         "only those: choose another --out")
+
+
 def export_student(workspace, store, student, *, quantize: str | None, out: str | None, force: bool,
                    opset: int = 17):
     """Returns (export record, ExportResult)."""
@@ -70,8 +94,7 @@ def export_student(workspace, store, student, *, quantize: str | None, out: str 
     folder = student_folder(student)
     target = Path(out).expanduser().resolve() if out else \
         workspace.artifact_dir("exports") / (student.name + (f"-{quantize}" if quantize else ""))
-    if target.exists() and not force:
-        raise KamalError(f"{target} already exists (use --force to replace it)")
+    check_target(workspace, store, target, force)
     parent = target.parent
     ensure_writable_dir(parent)
     texts = parity_texts(store, student)

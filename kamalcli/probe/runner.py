@@ -156,7 +156,7 @@ class Runner:
         if model.config.num_labels != len(teacher.labels):
             raise KamalError(f"teacher {teacher.name} now has {model.config.num_labels} classes, not {len(teacher.labels)}")
         check_dropout(model, settings, teacher.name)
-        encoded = encode(load_tokenizer(folder), texts, settings.max_length)
+        encoded = encode(load_tokenizer(folder), texts, settings.max_length, config=model.config)
         from kamalcli.runtime import resolve_device
 
         self.device = resolve_device(self.device)

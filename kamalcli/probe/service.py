@@ -52,7 +52,13 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
                     say(f"{teacher.name} on {dataset.name}: cached (probe {probe.id}), nothing to do")
                 run.result = summary
         if rmd:
-            for teacher in teachers:
+            unfit = [t for t in teachers if fit_dataset is None and t.train_dataset_id is None]
+            if unfit and not store.datasets(role="transfer"):
+                say(f"Warning: RMD skipped for {', '.join(t.name for t in unfit)}: no in-distribution features "
+                    "(no transfer data to pseudo-label); give labelled data with --rmd-fit NAME to fit it.")
+            else:
+                unfit = []
+            for teacher in (t for t in teachers if t not in unfit):
                 note = runner.fit_rmd(teacher, settings[teacher.id], probes_by_teacher[teacher.id], fit_dataset)
                 if note:
                     summary["rmd"].append(note)
