@@ -53,9 +53,10 @@ def _dead_run_folders(workspace, store) -> list[Path]:
         return []
     from kamalcli.train import checkpoint
 
-    finished = {s.name for s in store.students()} | {t.name for t in store.teachers()}
+    students, teachers = {s.name for s in store.students()}, {t.name for t in store.teachers()}
+    finished = {"amalgamate": students, "extend": students, "train-teacher": teachers}
     keep = {Path(r.workdir).resolve() for r in store.runs()
-            if r.status in ("interrupted", "failed") and r.workdir and r.name not in finished
+            if r.status in ("interrupted", "failed") and r.workdir and r.name not in finished.get(r.kind, ())
             and checkpoint.exists(Path(r.workdir))}
     return [p for p in folders if p.resolve() not in keep]
 

@@ -43,8 +43,12 @@ def test_probes_run_first_when_missing_and_are_reused(two_teachers, assets):
     assert "Probing news on pool first (K=16, max length 128)." in result.stderr
     result = two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "v1", *train_args(assets))
     assert "first" not in result.stderr
-    result = two_teachers("amalgamate", "--method", "uhc", "--name", "u2", "--mc-samples", "2", *train_args(assets))
-    assert "its cached probes differ (K=16, max length 128)" in result.stderr
+    result = two_teachers("amalgamate", "--method", "uhc", "--name", "u2", "--mc-samples", "2", *train_args(assets),
+                          code=2)
+    assert "have no K=2: pass --mc-samples to use one, or --reprobe" in result.stderr
+    result = two_teachers("amalgamate", "--method", "uhc", "--name", "u2", "--mc-samples", "2", "--reprobe",
+                          *train_args(assets))
+    assert "its other cached probes (K=16, max length 128) are not used (--reprobe)" in result.stderr
 
 
 def test_a_good_teacher_selection_gives_a_good_student(two_teachers, assets):
