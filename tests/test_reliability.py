@@ -390,14 +390,16 @@ def test_item15_deleted_probe_files_are_not_called_different(two_teachers, asset
     assert "differ" not in result.stderr
 
 
-def test_item16_a_running_row_is_stale_once_a_writer_holds_the_lock(ws, kamal, assets):
-    from kamalcli.store import Store
-    from kamalcli.workspace import Workspace
-
-    store = Store.open(Workspace(ws))
-    store.start_run("amalgamate", "killed", {})  # its pid is this (alive) process, as after pid reuse
-    store.close()
-    assert [r["status"] for r in kamal.json("runs")] == ["running"]  # readers change nothing
-    kamal("add-data", assets["pool"], "--name", "pool")
-    [run] = [r for r in kamal.json("runs") if r["name"] == "killed"]
-    assert run["status"] == "interrupted"
+def test_item16_a_running_row_is_stale_once_a_writer_holds_the_lock(two_teachers, assets, interrupt_training):
+    args = ["--method", "uhc", "--name", "cut", "--student", assets["encoder"], *TRAIN, "--checkpoint-every", "2"]
+    interrupt_training(3)
+    two_teachers("amalgamate", *args, code=130)
+    interrupt_training(None)
+    conn = sqlite3.connect(two_teachers.workspace / ".kamal" / "kamal.db")
+    with conn:  # as if killed hard mid-run, and its pid now belongs to a live process (this one)
+        conn.execute("UPDATE runs SET status = 'running', finished_at = NULL, pid = ? WHERE name = 'cut'",
+                     [os.getpid()])
+    conn.close()
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "cut"] == ["running"]  # readers: as is
+    two_teachers("amalgamate", "--resume", "cut")
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "cut"] == ["interrupted", "done"]
