@@ -139,6 +139,7 @@ def check_base(source: str, layers: int | None) -> None:
 
 def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resume_run=None):
     """Train a student; returns the Student record. resume_run: the interrupted run to continue."""
+    from kamalcli.probe.choice import choose_probes
     from kamalcli.runs import training_run
     from kamalcli.train.loop import TrainConfig
 
@@ -146,8 +147,6 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     request = replace(request, name=name)
     train_config = TrainConfig(**request.train)
     train_config.validate()
-    from kamalcli.probe.choice import choose_probes
-
     probe_request = choose_probes(store, teachers, dataset, ProbeRequest(**request.probe),
                                   need_rmd=options_need_rmd(options), max_length=train_config.max_length,
                                   reprobe=request.reprobe, say=say)

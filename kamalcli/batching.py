@@ -8,7 +8,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from kamalcli.runtime import say_once
+from kamalcli.runtime import cut_at_model_limit
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,7 @@ def token_limit(config, tokenizer=None) -> int:
 def clamp_length(max_length: int, config, tokenizer=None) -> int:
     """max_length, or the model's limit if that is lower (said once per command: longer inputs crash a model)."""
     limit = token_limit(config, tokenizer)
-    if max_length <= limit:
-        return max_length
-    message = (f"Note: the model takes at most {limit} tokens, so texts are cut at {limit}, "
-               f"not at the max length {max_length} asked for.")
-    say_once(message)
-    return limit
+    return max_length if max_length <= limit else cut_at_model_limit(limit, max_length)
 
 
 def encode(tokenizer, texts: Sequence[str], max_length: int, chunk: int = 4096, *, config=None) -> Encoded:

@@ -26,6 +26,13 @@ def say_once(message: str) -> None:
         print(message, file=sys.stderr)
 
 
+def cut_at_model_limit(limit: int, asked: int) -> int:
+    """The max length to use when `asked` tokens are more than the model's `limit` takes; said once."""
+    say_once(f"Note: the model takes at most {limit} tokens, so texts are cut at {limit}, "
+             f"not at the max length {asked} asked for.")
+    return limit
+
+
 def prepare_environment() -> None:
     """Set defaults the user has not set, at the start of every command. Cheap: touches only os.environ."""
     _said.clear()

@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from kamalcli.errors import KamalError, first_line
-from kamalcli.runtime import cache_dir
+from kamalcli.runtime import cache_dir, cut_at_model_limit
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -204,8 +204,8 @@ class OnnxClassifier:
             raise KamalError(f"batch size must be at least 1 (got {batch_size})")
         if max_length < 2:
             raise KamalError(f"max length must be at least 2 (got {max_length})")
-        if self.max_positions:
-            max_length = min(max_length, int(self.max_positions))
+        if self.max_positions and max_length > int(self.max_positions):
+            max_length = cut_at_model_limit(int(self.max_positions), max_length)
         out = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
         # Similar lengths share a batch: less padding, same results.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
