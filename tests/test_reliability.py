@@ -65,6 +65,23 @@ def test_item01_export_force_replaces_only_a_previous_kamal_export(student_ws, t
     assert (out / "model.onnx").is_file() and not list(tmp_path.glob(".export*"))
 
 
+def test_item01_a_failed_replacement_keeps_the_previous_export(student_ws, tmp_path, monkeypatch):
+    import kamalcli.export.onnx
+    from kamalcli.errors import KamalFailure
+
+    out = tmp_path / "export"
+    student_ws("export", "s", "--onnx", "--out", out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def broken(*args, **kwargs):
+        raise KamalFailure("ONNX export failed: disk full")
+
+    monkeypatch.setattr(kamalcli.export.onnx, "_export_into", broken)
+    student_ws("export", "s", "--onnx", "--out", out, "--force", code=1)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
 def test_item02_init_force_waits_for_the_write_lock(ws, kamal, assets):
     from kamalcli.workspace import Workspace
 
@@ -209,6 +226,8 @@ def test_item07_texts_longer_than_the_model_are_cut_at_its_limit(kamal, assets, 
     ]
     assert [r.stderr.count(note) for r in runs] == [1, 1, 1, 1]
     kamal("eval", "--baseline", "ensemble", "--data", "gold")  # from the cached probes
+    kamal("export", "s", "--onnx")
+    assert kamal("predict", "s", "--onnx", " ".join(words * 10)).stderr.count(note) == 1
 
 
 # -- what a newcomer hit -------------------------------------------------------------
@@ -314,6 +333,12 @@ def test_item12_leftovers_are_cleaned_when_the_next_writer_starts(ws, kamal, ass
     assert not (artifacts / "exports" / ".s.tmp-4242").exists() and not (tmp_path / ".out.tmp-4343").exists()
     assert not (artifacts / "runs" / "run-90").exists()
     assert (artifacts / "runs" / "run-91" / "checkpoint" / "trainer.pt").is_file()  # still resumable
+
+
+def test_item12_amalgamate_leaves_no_scratch_folder(two_teachers, assets):
+    two_teachers("amalgamate", "--method", "uhc", "--name", "u", "--student", assets["encoder"], *TRAIN)
+    artifacts = two_teachers.workspace / ".kamal" / "artifacts"
+    assert not any((artifacts / "tmp").iterdir()) and not any((artifacts / "runs").iterdir())
 
 
 def test_item12_a_failed_copy_leaves_nothing(kamal, assets, monkeypatch):
