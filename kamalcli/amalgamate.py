@@ -191,12 +191,17 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
                     say(f"RMD for {teacher.name} is fitted on rows it is itself confident on (circular); "
                         "--rmd-fit NAME gives it labelled data.")
     outputs = teacher_outputs(store, teachers, probes)
-    objective = method.build(outputs, options)
 
     # 2. the student, over the union label space (an extended student keeps its old label ids)
     model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
-    texts, _ = load_dataset_rows(dataset)
+    texts, gold = load_dataset_rows(dataset)
     encoded = encode(tokenizer, texts, train_config.max_length)
+    if method.level == "feature":
+        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
+                                   train_config, device, say)
+        objective = method.build(context, options)
+    else:
+        objective = method.build(outputs, options)
     if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
         train_rows, held_out = holdout_split(len(texts), train_config.seed)
     else:
@@ -214,6 +219,13 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     # 3. the one training loop
     result = train(model, encoded, objective, train_config, workdir, rows=train_rows, selector=selector,
                    resume=resume, description=f"{method.name} -> {request.name}")
+
+    if objective.auxiliary is not None:
+        objective.info.update(objective.auxiliary.report())
+        teacher_seconds = objective.info.get("teacher_seconds")
+        if teacher_seconds is not None and result.seconds > 0:
+            say(f"Teachers in the loop took {teacher_seconds:.0f} s of {result.seconds:.0f} s training "
+                f"({100 * teacher_seconds / result.seconds:.0f}%).")
 
     # 4. the student folder, then its record (a row points only at finished files)
     train_record = {
@@ -240,6 +252,18 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
         labels=list(outputs.space.names), parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
         select_by=request.select_by, seed=train_config.seed, train=train_record, metrics={}, run_id=run.id,
     )
+
+
+def _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold, train_config, device, say):
+    """What a feature-level method gets: the student's shape, teacher features (cached or in the loop), labels."""
+    from kamalcli.features import FeatureSources
+    from kamalcli.methods import FeatureContext
+
+    sources = FeatureSources(list(teachers), dataset, runner, texts, encoded, train_config.max_length, device, say)
+    labels = label_indices(gold, outputs.space.names) if gold is not None and method.labels != "no" else None
+    config = model.config
+    return FeatureContext(outputs, sources, config.num_hidden_layers, config.hidden_size, labels,
+                          train_config.seed, train_config.batch_size, say)
 
 
 def _other_probes(store, teacher, dataset) -> str:

@@ -79,7 +79,7 @@ def test_eval_predict_and_baselines(two_teachers, assets, tmp_path):
     ensemble = two_teachers.json("eval", "--baseline", "ensemble", "--data", "test")
     alone = two_teachers.json("eval", "--baseline", "teacher:news", "--data", "test")
     assert alone["accuracy"] <= 0.5  # it can only ever be right on its own half
-    assert 0 <= ensemble["accuracy"] <= 1
+    assert ensemble["accuracy"] > max(alone["accuracy"], 0.6)  # both halves, each from its own teacher
     evaluated = {s["name"]: s for s in two_teachers.json("students")}["kd"]["evaluations"]
     assert evaluated[0]["data"] == "test" and evaluated[0]["accuracy"] == metrics["accuracy"]
 
