@@ -99,10 +99,10 @@ def plan(store, request: AmalgamateRequest):
     teachers = [store.teacher(n) for n in request.teachers] if request.teachers else store.teachers()
     if not teachers:
         raise KamalError("no teachers: register some with `kamal add-teacher FOLDER`")
-    if len(teachers) < 2:
+    if len(teachers) < 2 and method.confidences:
         raise KamalError(
-            f"amalgamation needs at least two teachers with different label sets; there is only {teachers[0].name}, "
-            "whose labels are already the whole label space (fine-tune it instead, or add another teacher)"
+            f"{method.name} chooses among teachers and needs at least two; there is only {teachers[0].name} "
+            "(distil one teacher with vanilla-kd, or add another teacher)"
         )
     if len({t.name for t in teachers}) != len(teachers):
         raise KamalError("a teacher is named twice")
@@ -176,6 +176,12 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     probes = []
     for teacher in teachers:
         wanted = settings[teacher.id]
+        if not method.confidences:  # the logits are all it reads: any probe at this length, else one plain pass
+            if runner.logits_cached(teacher, dataset, wanted.max_length) is None:
+                say(f"Probing {teacher.name} on {dataset.name} first (logits only: {method.name} reads no "
+                    f"confidences; max length {wanted.max_length}).")
+            probes.append(runner.logits_probe(teacher, dataset, wanted.max_length))
+            continue
         if not runner.cached(teacher, dataset, wanted, need_rmd):
             say(f"Probing {teacher.name} on {dataset.name} first (K={wanted.mc_samples}, max length "
                 f"{wanted.max_length}){_other_probes(store, teacher, dataset)}.")

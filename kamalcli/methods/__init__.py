@@ -32,9 +32,9 @@ class NoOptions(Options):
 
 
 register(Method("muki-hard", "each row learns from the teacher MC dropout finds most certain; rows re-weighted by the certainty margin",
-                ol.MukiHardOptions, ol.build_muki_hard, paper="Li et al., EMNLP 2022"))
+                ol.MukiHardOptions, ol.build_muki_hard, paper="Li et al., EMNLP 2022", confidences=True))
 register(Method("muki-soft", "each row learns from all teachers, weighted by softmax(certainty / tau); margin re-weighting",
-                ol.MukiSoftOptions, ol.build_muki_soft, paper="Li et al., EMNLP 2022"))
+                ol.MukiSoftOptions, ol.build_muki_soft, paper="Li et al., EMNLP 2022", confidences=True))
 register(Method("vanilla-kd", "the student matches softmax over all teachers' concatenated logits",
                 ol.KDOptions, ol.build_vanilla_kd, paper="Hinton et al., 2015"))
 register(Method("uhc", "the student's probabilities, renormalised over each teacher's labels, match that teacher",

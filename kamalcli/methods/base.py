@@ -81,6 +81,7 @@ class Method:
     options: type
     build: Callable[[TeacherOutputs, object], Objective] | None  # None: no training (a baseline)
     paper: str = ""
+    confidences: bool = False    # selects or weights teachers by their probe confidences (MC dropout, RMD)
     level: str = "output"        # "feature": build(FeatureContext, options)
     features: str = ""           # where teacher features come from (shown by `kamal methods`)
     labels: str = "no"           # "no", or "optional": gold labels of the transfer rows when asked for
