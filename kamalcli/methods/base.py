@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
