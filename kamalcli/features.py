@@ -104,7 +104,10 @@ class FeatureSources:
             if not wanted:
                 continue
             teacher = self.teachers[i]
-            probe = self.runner.feature_probe(teacher, self.dataset, self.max_length, tuple(wanted))
+            probe, computed = self.runner.feature_probe(teacher, self.dataset, self.max_length, tuple(wanted))
+            if computed:
+                self.say(f"Cached the mean-pooled features of {teacher.name}'s layers {', '.join(map(str, wanted))} "
+                         f"on {self.dataset.name} (one deterministic pass; reused from now on).")
             arrays = ProbeArrays.load(Path(probe.path))
             for layer in wanted:
                 out[feature_key(i, layer)] = arrays.features[layer]

@@ -234,3 +234,22 @@ def test_methods_lists_feature_sources(kamal):
     assert rows["dfa"]["level"] == "feature" and "in the loop" in rows["dfa"]["features"]
     assert rows["cfl"]["features"].startswith("cached")
     assert rows["mt-bert"]["labels"] == "optional" and rows["muki-hard"]["level"] == "output"
+
+
+def test_cached_features_are_read_per_batch_and_a_repeat_is_free(two_teachers, assets, monkeypatch):
+    from kamalcli.train import loop
+
+    kinds = {}
+    real = loop.train
+
+    def spy(model, encoded, objective, *args, **kwargs):
+        kinds.update({k: (type(v), v.dtype) for k, v in objective.arrays.items() if k.startswith("feat:")})
+        return real(model, encoded, objective, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "train", spy)
+    first = two_teachers("amalgamate", "--method", "cfl", "--name", "c1", *train_args(assets, epochs=1))
+    assert "Probing news on pool first" in first.stderr and "Cached the mean-pooled features of news's layers 2" in first.stderr
+    assert kinds and all(t is np.memmap and d == np.float16 for t, d in kinds.values()), kinds
+    probes = len(two_teachers.json("report")["probes"])
+    second = two_teachers("amalgamate", "--method", "cfl", "--name", "c2", *train_args(assets, epochs=1))
+    assert "Probing" not in second.stderr and "Cached" not in second.stderr and len(two_teachers.json("report")["probes"]) == probes

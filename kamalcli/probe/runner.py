@@ -130,15 +130,14 @@ class Runner:
 
     def feature_probe(self, teacher, dataset, max_length: int, layers: tuple[int, ...]):
         """A probe of the pair with pooled features of these layers (any K: features come from the
-        deterministic pass); else one deterministic pass storing them in float16."""
+        deterministic pass); else one deterministic pass storing them in float16. Returns (probe, computed)."""
         for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
             if (p.options.get("max_length") == max_length and set(layers) <= set(p.options.get("layers", []))
                     and (Path(p.path) / "meta.json").is_file()):
-                return p
+                return p, False
         settings = ProbeSettings(mc_samples=1, dropout=None, max_length=max_length, layers=tuple(sorted(set(layers))),
                                  seed=0, feature_dtype="float16")
-        probe, _ = self.ensure(teacher, dataset, settings)
-        return probe
+        return self.ensure(teacher, dataset, settings)
 
     def _compatible(self, teacher, dataset, settings: ProbeSettings, need_layers: bool) -> list:
         exact = self.store.find_probe(probe_key(teacher, dataset, settings))
