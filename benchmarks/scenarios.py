@@ -274,6 +274,8 @@ def compression(bench: Bench) -> None:
         (f"best single-teacher KD ({best})", "vanilla-kd", (), [best], "transfer"),
         ("averaged-teacher KD", "muki-soft", ("tau=1e6", "reweight=false"), names, "transfer"),
         ("mt-bert, gold labels (the paper)", "mt-bert", ("labels=true",), names, "transfer-labelled"),
+        ("mt-bert, gold labels, co-finetuned teachers (the paper)", "mt-bert", ("labels=true", "co_finetune=true"),
+         names, "transfer-labelled"),
         ("mt-bert, label-free (kamal)", "mt-bert", (), names, "transfer"),
     ]
     rows, payload = [], {}

@@ -164,6 +164,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     from kamalcli.probe.runner import Runner
     from kamalcli.runtime import resolve_device
     from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss, holdout_split
+    from kamalcli.train import checkpoint
     from kamalcli.train.loop import train
 
     device = resolve_device(request.device)
@@ -204,7 +205,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     encoded = encode(tokenizer, texts, train_config.max_length)
     if method.level == "feature":
         context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
-                                   train_config, device, say)
+                                   train_config, device, workdir, say)
         objective = method.build(context, options)
     else:
         objective = method.build(outputs, options)
@@ -224,7 +225,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
 
     # 3. the one training loop
     result = train(model, encoded, objective, train_config, workdir, rows=train_rows, selector=selector,
-                   resume=resume, description=f"{method.name} -> {request.name}")
+                   resume=resume and checkpoint.exists(workdir), description=f"{method.name} -> {request.name}")
 
     if objective.auxiliary is not None:
         objective.info.update(objective.auxiliary.report())
@@ -260,16 +261,19 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     )
 
 
-def _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold, train_config, device, say):
-    """What a feature-level method gets: the student's shape, teacher features (cached or in the loop), labels."""
+def _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold, train_config, device,
+                     workdir, say):
+    """What a feature-level method gets: the student's shape, teacher features (cached or in the loop), labels,
+    and earlier training phases of the same run."""
     from kamalcli.features import FeatureSources
     from kamalcli.methods import FeatureContext
+    from kamalcli.train.phases import Phases
 
     sources = FeatureSources(list(teachers), dataset, runner, texts, encoded, train_config.max_length, device, say)
     labels = label_indices(gold, outputs.space.names) if gold is not None and method.labels != "no" else None
     config = model.config
     return FeatureContext(outputs, sources, config.num_hidden_layers, config.hidden_size, labels,
-                          train_config.seed, train_config.batch_size, say)
+                          train_config.seed, train_config.batch_size, say, Phases(workdir, train_config, say))
 
 
 def _other_probes(store, teacher, dataset) -> str:

@@ -132,10 +132,20 @@ class FeatureSources:
                 bad.append(teacher.name)
         return bad
 
-    def in_loop(self, layers: dict[int, tuple[int, ...]]) -> InLoopTeachers:
+    def shared_encoding(self):
+        """The teachers' common tokenisation of the transfer rows, or None if they tokenise differently."""
+        first = self._encoding(0)
+        for i in range(1, len(self.teachers)):
+            other = self._encoding(i).ids
+            if any(len(a) != len(b) or not np.array_equal(a, b) for a, b in zip(first.ids, other)):
+                return None
+        return first
+
+    def in_loop(self, layers: dict[int, tuple[int, ...]], models: list | None = None) -> InLoopTeachers:
+        """models: the teachers to run (default: loaded from their folders)."""
         from kamalcli.modeling import load_classifier
 
-        models = [load_classifier(self.teachers[i].path) for i in range(len(self.teachers))]
+        models = models or [load_classifier(self.teachers[i].path) for i in range(len(self.teachers))]
         encodings = [self._encoding(i) for i in range(len(self.teachers))]
         per_teacher = [tuple(layers.get(i, ())) for i in range(len(self.teachers))]
         return InLoopTeachers(models, encodings, per_teacher, self.device)

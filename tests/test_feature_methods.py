@@ -17,6 +17,8 @@ from kamalcli.methods.base import FeatureContext, TeacherOutputs
 from kamalcli.methods.losses import masked_mse, mmd_rbf
 from kamalcli.train.auxiliary import StudentView
 
+import tiny
+
 
 def train_args(assets, epochs=2):
     return ["--student", assets["encoder"], "--epochs", epochs, "--lr", "5e-3", "--batch-size", 16,
@@ -253,3 +255,60 @@ def test_cached_features_are_read_per_batch_and_a_repeat_is_free(two_teachers, a
     probes = len(two_teachers.json("report")["probes"])
     second = two_teachers("amalgamate", "--method", "cfl", "--name", "c2", *train_args(assets, epochs=1))
     assert "Probing" not in second.stderr and "Cached" not in second.stderr and len(two_teachers.json("report")["probes"]) == probes
+
+
+@pytest.fixture
+def same_labels(kamal, assets, trained, tmp_path):
+    """Two tiny teachers over the same labels (news, and news trained on by another seed), labelled transfer."""
+    kamal("add-data", assets["train"], "--name", "train6", "--role", "eval")
+    kamal("train-teacher", "train6", "--labels", "world,sports", "--name", "news2", "--base", assets["encoder"],
+          "--epochs", 4, "--lr", "3e-3", "--batch-size", 16, "--max-length", 32, "--seed", 5)
+    kamal("add-teacher", trained["news"], "--name", "news")
+    rows = [r for r in tiny.topic_rows(["world", "sports"], 40, seed=21)]
+    kamal("add-data", tiny.write_jsonl(tmp_path / "ws.jsonl", rows), "--name", "labelled", "--label-column", "label")
+    return kamal
+
+
+def test_mt_bert_with_gold_labels_and_co_finetuning(same_labels, assets, monkeypatch):
+    from kamalcli.train import loop
+
+    real, calls = loop.train, []
+
+    def interrupt(call_number, step):
+        """Ctrl-C at `step` of the call_number-th training (1: co-finetuning, 2: the student)."""
+        def wrapped(*a, **k):
+            calls.append(1)
+            if len(calls) != call_number:
+                return real(*a, **k)
+
+            def stop(at):
+                if at == step:
+                    raise KeyboardInterrupt
+            return real(*a, **{**k, "on_step": stop})
+
+        calls.clear()
+        monkeypatch.setattr(loop, "train", wrapped)
+
+    args = ["--method", "mt-bert", "--data", "labelled", *train_args(assets, epochs=1)]
+    same_labels("amalgamate", *args, "--option", "labels=true", "--name", "paper")
+    paper = next(s for s in same_labels.json("students") if s["name"] == "paper")
+    assert paper["train"]["objective"]["variant"] == "paper (gold labels)"
+    co = args + ["--option", "labels=true", "--option", "co_finetune=true", "--checkpoint-every", 2]
+    straight = same_labels("amalgamate", *co, "--name", "co")
+    assert "Co-finetuned 2 teachers" in straight.stderr
+    interrupt(1, 3)  # inside co-finetuning
+    same_labels("amalgamate", *co, "--name", "cut1", code=130)
+    interrupt(1, 99)
+    resumed = same_labels("amalgamate", "--resume", "cut1")
+    assert "Co-finetuned 2 teachers" in resumed.stderr
+    interrupt(2, 3)  # inside the student's training, after co-finetuning finished
+    same_labels("amalgamate", *co, "--name", "cut2", code=130)
+    interrupt(1, 99)
+    resumed = same_labels("amalgamate", "--resume", "cut2")
+    assert "Phase co-finetune finished before" in resumed.stderr
+    students = {s["name"]: s for s in same_labels.json("students")}
+    assert students["co"]["train"]["objective"]["co_finetuned"] is True
+    a = load_file(str(Path(students["co"]["path"]) / "model.safetensors"))
+    for cut in ("cut1", "cut2"):
+        b = load_file(str(Path(students[cut]["path"]) / "model.safetensors"))
+        assert all(torch.equal(a[k], b[k]) for k in a), cut

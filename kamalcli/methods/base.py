@@ -65,6 +65,7 @@ class FeatureContext:
     seed: int = 0
     batch_size: int = 32
     say: Callable[[str], None] = print
+    phases: object = None            # train.phases.Phases: earlier training phases of the same run
 
 
 class Options:

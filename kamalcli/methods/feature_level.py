@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kamalcli.errors import KamalError
 from kamalcli.features import feature_key
 from kamalcli.methods.base import FeatureContext
 from kamalcli.train.auxiliary import Auxiliary, StudentView
@@ -25,17 +26,20 @@ class TeacherFeatures:
 
 
 def teacher_features(context: FeatureContext, layers: dict[int, tuple[int, ...]], source: str,
-                     method: str) -> TeacherFeatures:
-    """source: "tokens" (teachers in the loop) or "pooled" (the probe cache)."""
+                     method: str, models: list | None = None) -> TeacherFeatures:
+    """source: "tokens" (teachers in the loop; `models` replace the registered ones) or "pooled" (the probe cache)."""
     if source == "tokens":
         misaligned = context.sources.misaligned()
+        if misaligned and models is not None:
+            raise KamalError(f"{method}: {', '.join(misaligned)} tokenise the text differently from the student; "
+                             "fine-tuned teachers can only be matched per token")
         if misaligned:
             context.say(f"{method}: {', '.join(misaligned)} tokenise the text differently from the student, so "
                         "per-token states cannot be matched; using mean-pooled features from the probe cache.")
             source = "pooled"
     if source == "pooled":
         return TeacherFeatures(True, context.sources.cached(layers), None)
-    return TeacherFeatures(False, {}, context.sources.in_loop(layers))
+    return TeacherFeatures(False, {}, context.sources.in_loop(layers, models))
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

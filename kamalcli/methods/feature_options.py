@@ -37,7 +37,13 @@ class MTBertOptions(Options):
     features: Source = "tokens"
     temperature: float = 1.0
     hidden_weight: float = 1.0
+    co_finetune: bool = False                          # first fine-tune the teachers with a shared pooling and head
+    co_finetune_epochs: int = 1
+    co_finetune_lr: float | None = None                # None: 0.4 x the run's lr (the paper's 2e-6 / 5e-6)
 
     def check(self) -> None:
         require(self.temperature > 0, "temperature must be above 0")
         require(self.hidden_weight >= 0, "hidden_weight must be 0 or more")
+        require(not self.co_finetune or self.labels, "co_finetune needs gold labels: add labels=true")
+        require(self.co_finetune_epochs >= 1, "co_finetune_epochs must be at least 1")
+        require(self.co_finetune_lr is None or 0 < self.co_finetune_lr < 1, "co_finetune_lr must be in (0, 1)")

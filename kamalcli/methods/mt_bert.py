@@ -17,6 +17,8 @@ cross-entropy of the teacher's own prediction, in place of the gold one):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 from torch import nn
@@ -93,10 +95,21 @@ def build_mt_bert(context: FeatureContext, options: MTBertOptions) -> Objective:
     pairs = [(i, j, aligned_layer(j, context.student_depth, t.layers))
              for i, t in enumerate(shapes) for j in range(1, context.student_depth + 1)]
     wanted = {i: tuple(sorted({layer for k, _, layer in pairs if k == i})) for i in range(len(shapes))}
-    features = teacher_features(context, wanted, options.features, "mt-bert")
+    arrays, loss, info = _output_term(context, options)  # checks labels before any work
+    teachers = None
+    if options.co_finetune:
+        if options.features != "tokens":
+            raise KamalError("co_finetune changes the teachers, so their cached pooled features no longer hold: "
+                             "use features=tokens")
+        from kamalcli.methods.co_finetune import co_finetune
+
+        outputs, teachers = co_finetune(context, options, arrays["gold"])
+        context = replace(context, outputs=outputs)
+        arrays, loss, info = _output_term(context, options)
+        info["co_finetuned"] = True
+    features = teacher_features(context, wanted, options.features, "mt-bert", teachers)
     torch.manual_seed(context.seed)
     auxiliary = MTBertAuxiliary(pairs, context.student_hidden, [t.hidden for t in shapes], features,
                                 options.hidden_weight)
-    arrays, loss, info = _output_term(context, options)
     arrays.update(features.arrays)
     return Objective(arrays, loss, info=info, auxiliary=auxiliary)
