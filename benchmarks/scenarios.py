@@ -254,6 +254,17 @@ def _old_new(metrics: dict, old_labels: list[str]) -> tuple[float | None, float 
     return accuracy(old_labels), accuracy([n for n in labels if n not in old_labels])
 
 
+def feature_table(bench: Bench) -> None:
+    """MUKI Table 1's feature-level rows (dfa, cfl) beside vanilla-kd, whose output term they extend:
+    the two-halves teachers of muki-table, the same seeds, one run."""
+    ws = two_teacher_workspace(bench)
+    teachers = ["half-a", "half-b"]
+    fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
+    students, student_payload = _student_rows(bench, ws, teachers, [MUKI_METHODS[0], *FEATURE_METHODS])
+    table = markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students])
+    write_results(bench, {"rows": {**fixed_payload, **student_payload}}, table)
+
+
 def compression(bench: Bench) -> None:
     """MT-BERT's and RL-KD's setting: teachers that share all ten labels, distilled into one small student."""
     ws = bench.workspace("shared-labels")
@@ -326,6 +337,7 @@ SCENARIOS = {
     "more-teachers": more_teachers,
     "heterogeneous": heterogeneous,
     "extension": extension,
+    "feature-table": feature_table,
     "compression": compression,
     "feature-speed": feature_speed,
 }
