@@ -164,13 +164,13 @@ class Bench:
            "--max-length", str(self.profile.max_length), *extra)
 
     def student(self, ws: Workspace, name: str, method: str, teachers: list[str], seed: int,
-                options: tuple[str, ...] = (), base: str | None = None) -> dict:
+                options: tuple[str, ...] = (), base: str | None = None, data: str = "transfer") -> dict:
         """Train (unless done) and evaluate one student; returns its test metrics and training time."""
         full = f"{name}-s{seed}"
         if not ws.has_student(full):
             self.say(f"amalgamate {full}")
             ws("amalgamate", "--method", method, "--name", full, "--student", base or self.profile.base,
-               "--data", "transfer", "--mc-samples", str(self.profile.mc_samples),
+               "--data", data, "--mc-samples", str(self.profile.mc_samples),
                *[a for t in teachers for a in ("--teacher", t)], *[a for o in options for a in ("--option", o)],
                *self.profile.train_args(self.profile.student_epochs, seed))
         metrics = ws.json("eval", full, "--data", "test")

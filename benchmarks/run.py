@@ -1,6 +1,7 @@
 """Run a benchmark scenario: python benchmarks/run.py SCENARIO [--quick | --full] [--seeds 1,2,3].
 
-Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, speed, all.
+Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, feature-table,
+compression, feature-speed, speed, all.
 Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `readme` copies the
 latest tables into README.md. Workspaces (teachers, probe caches, students) are
 kept in benchmarks/work/ so a rerun or another scenario reuses them.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 from common import HALF_A, HALF_B, Bench, markdown, pct, summarize, write_results
 
@@ -27,6 +28,11 @@ RMD_VARIANTS = [
 
 
 KAMAL_PICKS = [RMD_VARIANTS[0], RMD_VARIANTS[2]]  # muki-hard selecting by RMD, and by per-teacher rank
+# MUKI Table 1's feature-level baselines (teachers' features per step; see docs/methods.md)
+FEATURE_METHODS = [
+    ("dfa", "dfa", ()),
+    ("cfl", "cfl", ()),
+]
 
 
 def _student_rows(bench: Bench, ws, teachers: list[str], methods, base: str | None = None,
@@ -86,7 +92,7 @@ def muki_table(bench: Bench) -> None:
     teachers = ["half-a", "half-b"]
     supervised, supervised_payload = _supervised_row(bench)
     fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
-    students, student_payload = _student_rows(bench, ws, teachers, MUKI_METHODS + ABLATIONS + RMD_VARIANTS)
+    students, student_payload = _student_rows(bench, ws, teachers, MUKI_METHODS + ABLATIONS + RMD_VARIANTS + FEATURE_METHODS)
     table = markdown(["method", "accuracy %", "macro-F1 %"], [supervised, *fixed, *students])
     upper = supervised_payload["accuracy"]["mean"]
     ratios = {k: v["accuracy"]["mean"] / upper for k, v in student_payload.items()}
@@ -248,10 +254,90 @@ def _old_new(metrics: dict, old_labels: list[str]) -> tuple[float | None, float 
     return accuracy(old_labels), accuracy([n for n in labels if n not in old_labels])
 
 
+def feature_table(bench: Bench) -> None:
+    """MUKI Table 1's feature-level rows (dfa, cfl) beside vanilla-kd, whose output term they extend:
+    the two-halves teachers of muki-table, the same seeds, one run."""
+    ws = two_teacher_workspace(bench)
+    teachers = ["half-a", "half-b"]
+    fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
+    students, student_payload = _student_rows(bench, ws, teachers, [MUKI_METHODS[0], *FEATURE_METHODS])
+    table = markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students])
+    write_results(bench, {"rows": {**fixed_payload, **student_payload}}, table)
+
+
+def compression(bench: Bench) -> None:
+    """MT-BERT's and RL-KD's setting: teachers that share all ten labels, distilled into one small student."""
+    ws = bench.workspace("shared-labels")
+    labels = sorted(HALF_A + HALF_B)
+    teachers = {"t1-l6": ("minilm-l6", 0), "t2-l3": (bench.profile.base, 1), "t3-l3": (bench.profile.base, 2)}
+    for name, (base, seed) in teachers.items():
+        if not ws.has_teacher(name):
+            bench.say(f"train teacher {name} on all ten labels (base {base}, seed {seed})")
+            ws("train-teacher", "labelled", "--labels", ",".join(labels), "--name", name, "--base", base,
+               *bench.profile.train_args(bench.profile.teacher_epochs, seed))
+    if not any(d["name"] == "transfer-labelled" for d in ws.json("data")):
+        ws("add-data", ws.root / "data" / "train.jsonl", "--name", "transfer-labelled", "--label-column", "label",
+           quiet=True)
+    names = list(teachers)
+    fixed, fixed_payload = _fixed_rows(bench, ws, names)
+    best = max(names, key=lambda t: fixed_payload[f"teacher {t}"]["accuracy"]["mean"])
+    methods = [
+        (f"best single-teacher KD ({best})", "vanilla-kd", (), [best], "transfer"),
+        ("averaged-teacher KD", "muki-soft", ("tau=1e6", "reweight=false"), names, "transfer"),
+        ("mt-bert, gold labels (the paper)", "mt-bert", ("labels=true",), names, "transfer-labelled"),
+        ("mt-bert, gold labels, co-finetuned teachers (the paper)", "mt-bert", ("labels=true", "co_finetune=true"),
+         names, "transfer-labelled"),
+        ("mt-bert, label-free (kamal)", "mt-bert", (), names, "transfer"),
+    ]
+    rows, payload = [], {}
+    for label, method, options, chosen, data in methods:
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:60]
+        results = [bench.student(ws, name, method, chosen, seed, options, data=data) for seed in bench.seeds]
+        acc, f1 = summarize([r["accuracy"] for r in results]), summarize([r["macro_f1"] for r in results])
+        payload[label] = {"accuracy": acc, "macro_f1": f1, "train_seconds": [r["train_seconds"] for r in results]}
+        rows.append([label, pct(acc), pct(f1)])
+    supervised, supervised_payload = _supervised_row(bench)
+    table = markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *rows, supervised])
+    write_results(bench, {"rows": {**fixed_payload, **payload, "supervised": supervised_payload}, "best_teacher": best,
+                          "teachers": {k: {"base": b, "seed": s} for k, (b, s) in teachers.items()}}, table)
+
+
+def feature_speed(bench: Bench) -> None:
+    """Training time per epoch of the feature-level methods against muki-hard: same student, data, one run."""
+    ws = two_teacher_workspace(bench)
+    teachers = ["half-a", "half-b"]
+    variants = [
+        ("muki-hard", "muki-hard", ()),
+        ("cfl (cached pooled features)", "cfl", ()),
+        ("dfa, features=pooled (cached)", "dfa", ("features=pooled",)),
+        ("mt-bert, features=pooled (cached)", "mt-bert", ("features=pooled",)),
+        ("dfa (teachers in the loop, per token)", "dfa", ()),
+        ("mt-bert (teachers in the loop, per token)", "mt-bert", ()),
+    ]
+    seed, tag = bench.seeds[0], time.strftime("%m%d%H%M")  # a new name per run: every row is timed now, side by side
+    rows, payload = [], {}
+    for label, method, options in variants:
+        name = f"speed{tag}-" + re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:40]
+        result = bench.student(ws, name, method, teachers, seed, options)
+        record = next(s for s in ws.json("students") if s["name"] == f"{name}-s{seed}")
+        payload[label] = {"seconds": result["train_seconds"], "accuracy": result["accuracy"],
+                          "teacher_seconds": record["train"]["objective"].get("teacher_seconds")}
+    base = payload["muki-hard"]["seconds"]
+    for label, figures in payload.items():
+        share = figures["teacher_seconds"]
+        note = f"teachers' forward passes {100 * share / figures['seconds']:.0f}% of it" if share else ""
+        rows.append([label, f"{figures['seconds']:.0f}", f"{figures['seconds'] / base:.2f}x", f"{100 * figures['accuracy']:.1f}", note])
+    table = markdown(["method", "seconds per epoch", "/ muki-hard", "accuracy %", "note"], rows)
+    write_results(bench, payload, table)
+
+
 SCENARIOS = {
     "muki-table": muki_table,
     "selection": selection,
     "more-teachers": more_teachers,
     "heterogeneous": heterogeneous,
     "extension": extension,
+    "feature-table": feature_table,
+    "compression": compression,
+    "feature-speed": feature_speed,
 }

@@ -100,10 +100,10 @@ def plan(store, request: AmalgamateRequest):
     teachers = [store.teacher(n) for n in request.teachers] if request.teachers else store.teachers()
     if not teachers:
         raise KamalError("no teachers: register some with `kamal add-teacher FOLDER`")
-    if len(teachers) < 2:
+    if len(teachers) < 2 and method.confidences:
         raise KamalError(
-            f"amalgamation needs at least two teachers with different label sets; there is only {teachers[0].name}, "
-            "whose labels are already the whole label space (fine-tune it instead, or add another teacher)"
+            f"{method.name} chooses among teachers and needs at least two; there is only {teachers[0].name} "
+            "(distil one teacher with vanilla-kd, or add another teacher)"
         )
     if len({t.name for t in teachers}) != len(teachers):
         raise KamalError("a teacher is named twice")
@@ -147,9 +147,10 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     request = replace(request, name=name)
     train_config = TrainConfig(**request.train)
     train_config.validate()
-    probe_request = choose_probes(store, teachers, dataset, ProbeRequest(**request.probe),
-                                  need_rmd=options_need_rmd(options), max_length=train_config.max_length,
-                                  reprobe=request.reprobe, say=say)
+    probe_request = ProbeRequest(**request.probe)
+    if method.confidences:  # the others read logits only: any probe at the training length serves them
+        probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=options_need_rmd(options),
+                                      max_length=train_config.max_length, reprobe=request.reprobe, say=say)
     kind = "extend" if request.parent else "amalgamate"
     with training_run(workspace, store, kind, name, request.as_json(), resume_run=resume_run,
                       resume_hint=f"kamal amalgamate --resume {name}", say=say) as (run, workdir):
@@ -168,6 +169,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     from kamalcli.probe.runner import Runner
     from kamalcli.runtime import resolve_device
     from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss, holdout_split
+    from kamalcli.train import checkpoint
     from kamalcli.train.loop import train
 
     device = resolve_device(request.device)
@@ -180,6 +182,12 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     probes = []
     for teacher in teachers:
         wanted = settings[teacher.id]
+        if not method.confidences:  # the logits are all it reads: any probe at this length, else one plain pass
+            if runner.logits_cached(teacher, dataset, wanted.max_length) is None:
+                say(f"Probing {teacher.name} on {dataset.name} first (logits only: {method.name} reads no "
+                    f"confidences; max length {wanted.max_length}).")
+            probes.append(runner.logits_probe(teacher, dataset, wanted.max_length))
+            continue
         if not runner.cached(teacher, dataset, wanted, need_rmd):
             say(f"Probing {teacher.name} on {dataset.name} first (K={wanted.mc_samples}, max length "
                 f"{wanted.max_length}){_other_probes(store, teacher, dataset)}.")
@@ -195,12 +203,17 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
                     say(f"RMD for {teacher.name} is fitted on rows it is itself confident on (circular); "
                         "--rmd-fit NAME gives it labelled data.")
     outputs = teacher_outputs(store, teachers, probes)
-    objective = method.build(outputs, options)
 
     # 2. the student, over the union label space (an extended student keeps its old label ids)
     model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
-    texts, _ = load_dataset_rows(dataset)
+    texts, gold = load_dataset_rows(dataset)
     encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
+    if method.level == "feature":
+        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
+                                   train_config, device, workdir, say)
+        objective = method.build(context, options)
+    else:
+        objective = method.build(outputs, options)
     if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
         train_rows, held_out = holdout_split(len(texts), train_config.seed)
     else:
@@ -217,7 +230,14 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
 
     # 3. the one training loop
     result = train(model, encoded, objective, train_config, workdir, rows=train_rows, selector=selector,
-                   resume=resume, description=f"{method.name} -> {request.name}")
+                   resume=resume and checkpoint.exists(workdir), description=f"{method.name} -> {request.name}")
+
+    if objective.auxiliary is not None:
+        objective.info.update(objective.auxiliary.report())
+        teacher_seconds = objective.info.get("teacher_seconds")
+        if teacher_seconds is not None and result.seconds > 0:
+            say(f"Teachers in the loop took {teacher_seconds:.0f} s of {result.seconds:.0f} s training "
+                f"({100 * teacher_seconds / result.seconds:.0f}%).")
 
     # 4. the student folder, then its record (a row points only at finished files)
     train_record = {
@@ -244,6 +264,21 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
         labels=list(outputs.space.names), parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
         select_by=request.select_by, seed=train_config.seed, train=train_record, metrics={}, run_id=run.id,
     )
+
+
+def _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold, train_config, device,
+                     workdir, say):
+    """What a feature-level method gets: the student's shape, teacher features (cached or in the loop), labels,
+    and earlier training phases of the same run."""
+    from kamalcli.features import FeatureSources
+    from kamalcli.methods import FeatureContext
+    from kamalcli.train.phases import Phases
+
+    sources = FeatureSources(list(teachers), dataset, runner, texts, encoded, train_config.max_length, device, say)
+    labels = label_indices(gold, outputs.space.names) if gold is not None and method.labels != "no" else None
+    config = model.config
+    return FeatureContext(outputs, sources, config.num_hidden_layers, config.hidden_size, labels,
+                          train_config.seed, train_config.batch_size, say, Phases(workdir, train_config, say))
 
 
 def _other_probes(store, teacher, dataset) -> str:

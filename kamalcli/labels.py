@@ -2,7 +2,7 @@
 
 Order: teachers in registration order, each teacher's labels in its own
 id2label order; a label name two teachers share appears once, and both
-teachers' blocks map onto it (METHODS.md, "The union label space").
+teachers' blocks map onto it (docs/methods.md, "The union label space").
 """
 
 from __future__ import annotations

@@ -84,10 +84,10 @@ def training_run(workspace, store, kind: str, name: str, params: dict, *, resume
 
 def resumable_run(store, kinds: tuple[str, ...], name: str):
     """The latest interrupted or failed run of that name with a checkpoint, and its parameters; or (None, None)."""
-    from kamalcli.train import checkpoint
+    from kamalcli.train.phases import started
 
     candidates = [r for r in store.runs(name=name) if r.kind in kinds and r.status in ("interrupted", "failed")
-                  and r.workdir and checkpoint.exists(Path(r.workdir))]
+                  and r.workdir and started(Path(r.workdir))]
     if not candidates:
         return None, None
     run = candidates[-1]

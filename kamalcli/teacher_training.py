@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.methods.base import Objective
+from kamalcli.train.objective import Objective
 
 
 @dataclass

@@ -106,8 +106,7 @@ def test_int8_export_is_smaller_and_reports_agreement(exported, exported_int8):
     assert exported_int8.quantize == "int8"
     assert exported_int8.size_bytes < 0.6 * exported.size_bytes
     assert exported_int8.fp32_size_bytes == exported.size_bytes
-    assert 0.0 <= p["argmax_agreement"] <= 1.0 and 0.0 <= p["argmax_agreement_vs_fp32_onnx"] <= 1.0
-    assert p["max_abs_diff"] >= 0 and p["fp32"]["max_abs_diff"] < 1e-4
+    assert p["max_abs_diff"] > 1e-6 and p["fp32"]["max_abs_diff"] < 1e-4  # int8 really changed the weights
     assert ("QAttention" in exported_int8.fused_ops) or ("Attention" in exported_int8.fused_ops)
     if min(p["argmax_agreement"], p["argmax_agreement_vs_fp32_onnx"]) < 0.99:
         assert exported_int8.warnings and "int8" in exported_int8.warnings[0]

@@ -16,14 +16,15 @@ def methods(as_json: bool) -> None:
     """The amalgamation methods and baselines, with each one's options and defaults."""
     from kamalcli.methods import REGISTRY
 
-    rows = [{"name": m.name, "summary": m.summary, "trains": m.trains, "paper": m.paper, "options": m.defaults()}
-            for m in REGISTRY.values()]
+    rows = [{"name": m.name, "summary": m.summary, "trains": m.trains, "paper": m.paper, "options": m.defaults(),
+             "level": m.level, "features": m.features or None, "labels": m.labels} for m in REGISTRY.values()]
     if as_json:
         emit_json(rows)
         return
-    table("Methods (kamal amalgamate --method NAME --option key=value)", ["name", "what it does", "options (defaults)", "source"],
-          [(r["name"], r["summary"], ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-", r["paper"] or "-")
-           for r in rows])
+    table("Methods (kamal amalgamate --method NAME --option key=value)",
+          ["name", "what it does", "teacher features", "gold labels", "options (defaults)", "source"],
+          [(r["name"], r["summary"], r["features"] or "-", r["labels"],
+            ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-", r["paper"] or "-") for r in rows])
 
 
 @click.command()

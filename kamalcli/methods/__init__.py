@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamalcli.errors import KamalError
-from kamalcli.methods.base import Method, Objective, Options, TeacherOutputs
+from kamalcli.methods.base import FeatureContext, Method, Objective, Options, TeacherOutputs
+from kamalcli.methods import feature_options as fo
 from kamalcli.methods import output_level as ol
 
 REGISTRY: dict[str, Method] = {}
@@ -31,16 +32,47 @@ class NoOptions(Options):
 
 
 register(Method("muki-hard", "each row learns from the teacher MC dropout finds most certain; rows re-weighted by the certainty margin",
-                ol.MukiHardOptions, ol.build_muki_hard, paper="Li et al., EMNLP 2022"))
+                ol.MukiHardOptions, ol.build_muki_hard, paper="Li et al., EMNLP 2022", confidences=True))
 register(Method("muki-soft", "each row learns from all teachers, weighted by softmax(certainty / tau); margin re-weighting",
-                ol.MukiSoftOptions, ol.build_muki_soft, paper="Li et al., EMNLP 2022"))
+                ol.MukiSoftOptions, ol.build_muki_soft, paper="Li et al., EMNLP 2022", confidences=True))
 register(Method("vanilla-kd", "the student matches softmax over all teachers' concatenated logits",
                 ol.KDOptions, ol.build_vanilla_kd, paper="Hinton et al., 2015"))
 register(Method("uhc", "the student's probabilities, renormalised over each teacher's labels, match that teacher",
                 ol.UHCOptions, ol.build_uhc, paper="Vongkulbhisal et al., CVPR 2019"))
+
+
+def _feature_method(name: str, module: str, options: type, build: str, summary: str, paper: str, features: str,
+                    labels: str = "no") -> Method:
+    """Feature-level methods need torch: their modules load only when one is built."""
+
+    def lazy_build(context, chosen):
+        import importlib
+
+        return getattr(importlib.import_module(f"kamalcli.methods.{module}"), build)(context, chosen)
+
+    return Method(name, summary, options, lazy_build, paper=paper, level="feature", features=features, labels=labels)
+
+
+register(_feature_method(
+    "dfa", "dfa", fo.DFAOptions, "build_dfa",
+    "per aligned layer, an encoder over the teachers' concatenated states, decoders rebuilding each teacher; "
+    "the student's adapted state is pulled to the encoding; plus vanilla-kd",
+    "Shen et al., AAAI 2019", "in the loop, per token (mean-pooled from the probe cache when tokenisers differ, or features=pooled)"))
+register(_feature_method(
+    "cfl", "cfl", fo.CFLOptions, "build_cfl",
+    "teachers' and student's last-layer features projected into a common space: MMD between student and each "
+    "teacher there, reconstruction of each teacher; plus vanilla-kd",
+    "Luo et al., IJCAI 2019", "cached, mean-pooled (probe)"))
+register(_feature_method(
+    "mt-bert", "mt_bert", fo.MTBertOptions, "build_mt_bert",
+    "student layer j matches each teacher's aligned layer through a learnable map; per-teacher distillation "
+    "weighted by 1/(1+CE) with gold labels (labels=true), or kamal's label-free 1/(1+entropy) on each teacher's block",
+    "Wu et al., 2021 (label-free variant: kamal)",
+    "in the loop, per token (mean-pooled from the probe cache when tokenisers differ, or features=pooled)",
+    labels="optional"))
 register(Method("ensemble", "baseline, no training: argmax over all teachers' concatenated logits (kamal eval --baseline)",
                 NoOptions, None))
 register(Method("teacher", "baseline, no training: one teacher alone, other labels at zero (kamal eval --baseline teacher:NAME)",
                 NoOptions, None))
 
-__all__ = ["REGISTRY", "Method", "Objective", "Options", "TeacherOutputs", "get_method", "register"]
+__all__ = ["REGISTRY", "FeatureContext", "Method", "Objective", "Options", "TeacherOutputs", "get_method", "register"]

@@ -1,9 +1,12 @@
-"""What a method is: typed options, and a function from cached teacher outputs to an objective.
+"""What a method is: typed options, and a function from the teachers' outputs to an objective.
 
-The training loop knows nothing about methods. A method turns the teachers'
-cached outputs on the transfer rows (TeacherOutputs) into an Objective: per-row
-target arrays, optional per-row weights, and a per-example loss on the
-student's logits. No teacher runs inside the loop.
+The training loop knows nothing about methods. An output-level method turns
+the teachers' cached outputs on the transfer rows (TeacherOutputs) into an
+Objective: per-row target arrays, optional per-row weights, and a per-example
+loss on the student's logits. A feature-level method gets a FeatureContext
+too (the student's shape, cached teacher features, teachers to run inside the
+loop, gold labels when given) and adds an Auxiliary: its own parameters and
+losses on hidden states. The Objective contract lives in train/objective.py.
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace
+from kamalcli.train.objective import Objective
 
 
 @dataclass(frozen=True)
@@ -50,13 +54,18 @@ class TeacherOutputs:
 
 
 @dataclass
-class Objective:
-    """Per-row targets and the loss the loop minimises: mean over the batch of weight * loss."""
+class FeatureContext:
+    """What a feature-level method gets besides the cached outputs (built by amalgamate)."""
 
-    arrays: dict[str, np.ndarray]
-    loss: Callable  # (student_logits (B, |Y|), batch_arrays: dict[str, Tensor]) -> (B,) tensor
-    weights: np.ndarray | None = None
-    info: dict = field(default_factory=dict)  # figures worth recording (e.g. target agreement)
+    outputs: TeacherOutputs
+    sources: object                  # features.FeatureSources: cached(...), in_loop(...), misaligned(), shapes()
+    student_depth: int
+    student_hidden: int
+    gold: np.ndarray | None = None   # union label ids of the transfer rows; None: the data has no labels
+    seed: int = 0
+    batch_size: int = 32
+    say: Callable[[str], None] = print
+    phases: object = None            # train.phases.Phases: earlier training phases of the same run
 
 
 class Options:
@@ -73,6 +82,10 @@ class Method:
     options: type
     build: Callable[[TeacherOutputs, object], Objective] | None  # None: no training (a baseline)
     paper: str = ""
+    confidences: bool = False    # selects or weights teachers by their probe confidences (MC dropout, RMD)
+    level: str = "output"        # "feature": build(FeatureContext, options)
+    features: str = ""           # where teacher features come from (shown by `kamal methods`)
+    labels: str = "no"           # "no", or "optional": gold labels of the transfer rows when asked for
 
     @property
     def trains(self) -> bool:

@@ -15,3 +15,40 @@ def kl_to_target(logits: torch.Tensor, target: torch.Tensor, temperature: float 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float(), labels, reduction="none")
+
+
+def masked_mse(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per example: mean squared error over features, and over real tokens when states are per token.
+
+    a, b: (B, d) pooled or (B, L, d) per token with mask (B, L) (padding does not count).
+    """
+    se = (a.float() - b.float()).pow(2).mean(dim=-1)
+    if se.dim() == 1:
+        return se
+    m = mask.to(se.dtype)
+    return (se * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1.0)
+
+
+MMD_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def mmd_rbf(x: torch.Tensor, y: torch.Tensor, scales=MMD_SCALES) -> torch.Tensor:
+    """Squared maximum mean discrepancy between two batches (B, d), multi-kernel RBF, biased estimate.
+
+    k(a, b) = sum_s exp(-|a - b|^2 / (s * m)), m = the mean squared distance between distinct rows
+    of the joint batch (not differentiated through), s in {1/4, 1/2, 1, 2, 4}.
+    MMD^2 = mean k(x, x') + mean k(y, y') - 2 mean k(x, y).
+    """
+    n = x.shape[0]
+    z = torch.cat([x.float(), y.float()])
+    sq = (z * z).sum(dim=1)
+    d2 = (sq[:, None] + sq[None, :] - 2 * z @ z.T).clamp(min=0)
+    total = z.shape[0]
+    bandwidth = d2.detach().sum() / max(1, total * total - total)
+    bandwidth = bandwidth.clamp(min=1e-12)
+    k = sum(torch.exp(-d2 / (s * bandwidth)) for s in scales)
+    return k[:n, :n].mean() + k[n:, n:].mean() - 2 * k[:n, n:].mean()
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    return -(torch.xlogy(probs, probs)).sum(dim=-1)

@@ -1,4 +1,4 @@
-"""Output-level amalgamation: targets from cached teacher outputs (METHODS.md).
+"""Output-level amalgamation: targets from cached teacher outputs (docs/methods.md).
 
 - muki-hard / muki-soft (Li et al. 2022): confidence c_i = 1 - H(pbar_i)/log|Y_i|
   from MC dropout picks (hard) or weights (soft) the teachers; re-weighting by

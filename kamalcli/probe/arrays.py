@@ -18,16 +18,20 @@ class ProbeSettings:
     max_length: int = 128
     layers: tuple[int, ...] = ()   # hidden-state indices to pool for RMD (0 = embeddings)
     seed: int = 0
+    feature_dtype: str = "float32"  # float16 for the features feature-level methods read per batch
 
     def cache_fields(self) -> dict:
         """What changes the numbers (batch size, device and pass mode do not)."""
-        return {
+        fields = {
             "mc_samples": self.mc_samples,
             "dropout": self.dropout,
             "max_length": self.max_length,
             "layers": list(self.layers),
             "seed": self.seed,
         }
+        if self.feature_dtype != "float32":  # older probes' keys stay valid
+            fields["feature_dtype"] = self.feature_dtype
+        return fields
 
     def validate(self) -> None:
         if self.mc_samples < 1:

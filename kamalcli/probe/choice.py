@@ -57,7 +57,8 @@ def _choose(store, teacher, dataset, wanted: ProbeSettings, need_rmd: bool, max_
     options = probe.options
     return ProbeSettings(mc_samples=options["mc_samples"], dropout=options.get("dropout"),
                          max_length=options["max_length"], seed=options.get("seed", 0),
-                         layers=wanted.layers if need_rmd else tuple(options.get("layers", ())))
+                         layers=wanted.layers if need_rmd else tuple(options.get("layers", ())),
+                         feature_dtype=options.get("feature_dtype", "float32"))
 
 
 def _without_layers(options: dict) -> dict:

@@ -70,7 +70,8 @@ def run_teacher(
     mc_out = open_array(out_dir / "mc_probs.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
     hidden = model.config.hidden_size
     features_out = {
-        layer: open_array(out_dir / f"features-L{layer}.npy", mode="w+", dtype=np.float32, shape=(n, hidden))
+        layer: open_array(out_dir / f"features-L{layer}.npy", mode="w+", dtype=np.dtype(settings.feature_dtype),
+                          shape=(n, hidden))
         for layer in settings.layers
     }
     model.to(device)

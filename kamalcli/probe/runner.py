@@ -112,14 +112,32 @@ class Runner:
     def cached(self, teacher, dataset, settings: ProbeSettings, need_layers: bool = True) -> bool:
         return any((Path(p.path) / "meta.json").is_file() for p in self._compatible(teacher, dataset, settings, need_layers))
 
-    def logits_probe(self, teacher, dataset, max_length: int):
-        """Any probe of the pair with this max length has the deterministic logits; else a K=1 one."""
+    def logits_cached(self, teacher, dataset, max_length: int):
+        """Any probe of the pair with this max length has the deterministic logits (or None)."""
         for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
             if p.options.get("max_length") == max_length and (Path(p.path) / "meta.json").is_file():
                 return p
+        return None
+
+    def logits_probe(self, teacher, dataset, max_length: int):
+        """A probe with the deterministic logits at this max length: a cached one, else a K=1 one."""
+        found = self.logits_cached(teacher, dataset, max_length)
+        if found is not None:
+            return found
         settings = ProbeSettings(mc_samples=1, dropout=None, max_length=max_length, layers=(), seed=0)
         probe, _ = self.ensure(teacher, dataset, settings, need_layers=False)
         return probe
+
+    def feature_probe(self, teacher, dataset, max_length: int, layers: tuple[int, ...]):
+        """A probe of the pair with pooled features of these layers (any K: features come from the
+        deterministic pass); else one deterministic pass storing them in float16. Returns (probe, computed)."""
+        for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
+            if (p.options.get("max_length") == max_length and set(layers) <= set(p.options.get("layers", []))
+                    and (Path(p.path) / "meta.json").is_file()):
+                return p, False
+        settings = ProbeSettings(mc_samples=1, dropout=None, max_length=max_length, layers=tuple(sorted(set(layers))),
+                                 seed=0, feature_dtype="float16")
+        return self.ensure(teacher, dataset, settings)
 
     def _compatible(self, teacher, dataset, settings: ProbeSettings, need_layers: bool) -> list:
         exact = self.store.find_probe(probe_key(teacher, dataset, settings))

@@ -1,5 +1,7 @@
 """One checkpoint format: model weights (safetensors) + trainer state (torch, weights_only).
 
+A method's Auxiliary (its parameters and extra state) is part of the trainer state.
+
 A checkpoint folder is written beside the old one and renamed over it, so a
 crash mid-save leaves the previous checkpoint intact.
 """
@@ -32,7 +34,7 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
     load_model(model, str(path), device=str(next(model.parameters()).device))
 
 
-def save(workdir: Path, model, optimizer, scheduler, state, config) -> None:
+def save(workdir: Path, model, optimizer, scheduler, state, config, auxiliary=None) -> None:
     final = workdir / FOLDER
     staging = workdir / f".{FOLDER}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
@@ -50,6 +52,8 @@ def save(workdir: Path, model, optimizer, scheduler, state, config) -> None:
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "config": config.as_json(),
     }
+    if auxiliary is not None:
+        trainer["auxiliary"] = {"parameters": auxiliary.state_dict(), "extra": auxiliary.extra_state()}
     torch.save(trainer, staging / "trainer.pt")
     publish_dir(staging, final)
 
@@ -58,7 +62,7 @@ def exists(workdir: Path) -> bool:
     return (workdir / FOLDER / "trainer.pt").is_file()
 
 
-def load(workdir: Path, model, optimizer, scheduler, config):
+def load(workdir: Path, model, optimizer, scheduler, config, auxiliary=None):
     from kamalcli.train.loop import TrainState
 
     folder = workdir / FOLDER
@@ -71,6 +75,11 @@ def load(workdir: Path, model, optimizer, scheduler, config):
         changed = ", ".join(f"{k} {saved.get(k)} -> {asked.get(k)}" for k in asked if saved.get(k) != asked.get(k))
         raise KamalError(f"cannot resume with different training settings ({changed})")
     load_weights(model, folder / "model.safetensors")
+    if auxiliary is not None:
+        if "auxiliary" not in trainer:
+            raise KamalError("that checkpoint has no state for the method's own parameters; it was made by another method")
+        auxiliary.load_state_dict(trainer["auxiliary"]["parameters"])
+        auxiliary.load_extra_state(trainer["auxiliary"]["extra"])
     optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
     torch.set_rng_state(trainer["rng_cpu"])

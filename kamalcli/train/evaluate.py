@@ -45,18 +45,21 @@ class HeldOutLoss:
     name = "transfer-loss"
 
     def __init__(self, objective, encoded: Encoded, rows: np.ndarray, device: str, batch_size: int = 64):
-        from kamalcli.train.loop import objective_tensors
+        from kamalcli.train.objective import BatchArrays
 
         self.objective, self.encoded, self.rows, self.device, self.batch_size = objective, encoded, rows, device, batch_size
-        self._tensors, self._weights = objective_tensors(objective)
+        self._arrays = BatchArrays(objective)
 
     def measure(self, model) -> float:
-        from kamalcli.train.loop import batch_loss
+        """The output-level term only: an Auxiliary's own parameters move during training, so its
+        feature losses are not comparable from one checkpoint to the next."""
+        from kamalcli.train.objective import output_loss
 
         logits = torch.from_numpy(predict_logits(model, self.encoded, batch_size=self.batch_size,
                                                  device=self.device, rows=self.rows))
         with torch.no_grad():
-            return float(batch_loss(self.objective, logits, self.rows, self._tensors, self._weights, "cpu"))
+            return float(output_loss(self.objective, logits, self._arrays(self.rows, "cpu"),
+                                     self._arrays.weights(self.rows, "cpu")))
 
 
 class EvalAccuracy:

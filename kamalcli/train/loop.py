@@ -4,6 +4,11 @@ AdamW with linear warm-up and decay, gradient clipping, a data order that is a
 pure function of (seed, epoch), checkpoints every N steps and at the end, model
 selection on a Selector, and Ctrl-C that finishes the current step, saves a
 checkpoint and stops: `resume=True` then continues bit-for-bit.
+
+A method's Auxiliary (train/objective.py) is wrapped with the student in one
+module list: optimised (at its own learning rate if it asks), clipped,
+checkpointed and restored with it, and fed the student's hidden states from the
+same forward pass.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import torch
 
 from kamalcli.batching import Encoded, training_order
 from kamalcli.errors import KamalError
-from kamalcli.methods.base import Objective
+from kamalcli.train.auxiliary import StudentView
+from kamalcli.train.objective import BatchArrays, Objective, output_loss
 from kamalcli.train import checkpoint
 
 
@@ -112,13 +118,21 @@ def _deferred_interrupt():
         signal.signal(signal.SIGINT, previous)
 
 
-def _parameter_groups(model: torch.nn.Module, weight_decay: float):
+def _parameter_groups(model: torch.nn.Module, weight_decay: float, lr: float) -> list[dict]:
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": weight_decay, "lr": lr}, {"params": no_decay, "weight_decay": 0.0, "lr": lr}]
+    return [g for g in groups if g["params"]]
+
+
+def make_optimizer(model: torch.nn.Module, auxiliary, config: "TrainConfig") -> torch.optim.Optimizer:
+    groups = _parameter_groups(model, config.weight_decay, config.lr)
+    if auxiliary is not None:
+        groups += _parameter_groups(auxiliary, config.weight_decay, auxiliary.lr or config.lr)
+    return torch.optim.AdamW(groups, lr=config.lr)
 
 
 def linear_schedule(total: int, warmup_steps: int) -> Callable[[int], float]:
@@ -128,23 +142,6 @@ def linear_schedule(total: int, warmup_steps: int) -> Callable[[int], float]:
         return max(0.0, (total - step) / max(1, total - warmup_steps))
 
     return factor
-
-
-def objective_tensors(objective: Objective) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-    """The objective's per-row arrays and weights as tensors, made once for batch_loss to index."""
-    tensors = {k: torch.as_tensor(np.ascontiguousarray(v)) for k, v in objective.arrays.items()}
-    weights = torch.as_tensor(objective.weights, dtype=torch.float32) if objective.weights is not None else None
-    return tensors, weights
-
-
-def batch_loss(objective: Objective, logits: torch.Tensor, index: np.ndarray,
-               tensors: dict[str, torch.Tensor], weights: torch.Tensor | None, device) -> torch.Tensor:
-    idx = torch.as_tensor(index)
-    batch = {k: v[idx].to(device) for k, v in tensors.items()}
-    per_example = objective.loss(logits, batch)
-    if weights is not None:
-        per_example = per_example * weights[idx].to(device)
-    return per_example.mean()
 
 
 def train(
@@ -169,30 +166,37 @@ def train(
         raise KamalError("no rows to train on")
     device = torch.device(config.device)
     model.to(device)
-    optimizer = torch.optim.AdamW(_parameter_groups(model, config.weight_decay), lr=config.lr)
+    auxiliary = objective.auxiliary
+    if auxiliary is not None:
+        auxiliary.to(device)
+        auxiliary.train()
+    optimizer = make_optimizer(model, auxiliary, config)
     clipped = [p for g in optimizer.param_groups for p in g["params"]]
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
     total = steps_per_epoch * config.epochs
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(total, int(config.warmup * total)))
-    tensors, weights = objective_tensors(objective)
+    arrays = BatchArrays(objective)
+    hidden = bool(auxiliary is not None and auxiliary.student_layers)
 
     workdir.mkdir(parents=True, exist_ok=True)
     state = TrainState()
     if resume:
-        state = checkpoint.load(workdir, model, optimizer, scheduler, config)
+        state = checkpoint.load(workdir, model, optimizer, scheduler, config, auxiliary)
         if state.step >= total:
             raise KamalError("that run had already finished training; nothing to resume")
     else:
         torch.manual_seed(config.seed)  # dropout masks
 
     def save() -> None:
-        checkpoint.save(workdir, model, optimizer, scheduler, state, config)
+        checkpoint.save(workdir, model, optimizer, scheduler, state, config, auxiliary)
 
     def select() -> None:
         if selector is None:
             return
         metric = selector.measure(model)
         model.train()
+        if auxiliary is not None:
+            auxiliary.train()
         state.history.append({"step": state.step, selector.name: metric})
         better = state.best_metric is None or (
             metric > state.best_metric if selector.higher_is_better else metric < state.best_metric
@@ -215,8 +219,13 @@ def train(
                 order_epoch, order = epoch, rows[training_order(len(rows), config.seed, epoch)]
             index = order[offset * config.batch_size : (offset + 1) * config.batch_size]
             batch = encoded.batch(index, device)
-            logits = model(**batch).logits
-            loss = batch_loss(objective, logits, index, tensors, weights, device)
+            out = model(**batch, output_hidden_states=hidden)
+            rows_batch = arrays(index, device)
+            loss = output_loss(objective, out.logits, rows_batch, arrays.weights(index, device))
+            if auxiliary is not None:
+                view = StudentView(out.logits, out.hidden_states if hidden else None, batch["attention_mask"])
+                rows_batch.update(auxiliary.batch(index, device))
+                loss = loss + auxiliary(view, rows_batch).mean()
             value = loss.item()
             if not math.isfinite(value):
                 raise KamalError(f"the loss became {value} at step {state.step + 1}; lower --lr")
@@ -227,6 +236,8 @@ def train(
             optimizer.step()
             scheduler.step()
             state.step += 1
+            if auxiliary is not None:
+                auxiliary.after_step(state.step, view, rows_batch)
             state.seconds = time.perf_counter() - started
             smoothed = value if smoothed is None else 0.9 * smoothed + 0.1 * value
             bar.advance(len(index), loss=smoothed)

@@ -1,0 +1,154 @@
+"""Teacher features for feature-level methods, from one of two sources.
+
+- cached: mean-pooled hidden states of the layers a method asks for, stored by
+  the probe (float16, memory-mapped) and read per batch; a repeat costs nothing.
+- in the loop: the teachers run under no_grad at every step on the batch's
+  rows, for per-token hidden states. Token positions match the student's only
+  when a teacher tokenises the text exactly as the student does; kamal checks
+  that on every transfer row and never matches misaligned tokens.
+
+Layer alignment: student layer j (1..L_s) takes teacher layer round(j * L_t / L_s),
+halves rounded up, at least 1; embeddings (layer 0) are never matched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+def aligned_layer(student_layer: int, student_depth: int, teacher_depth: int) -> int:
+    """The teacher layer matched to student layer j (1-based hidden-state indices)."""
+    return max(1, min(teacher_depth, math.floor(student_layer * teacher_depth / student_depth + 0.5)))
+
+
+def feature_key(teacher_index: int, layer: int) -> str:
+    """The batch key of teacher i's features at a layer (cached pooled or in-loop per token)."""
+    return f"feat:{teacher_index}:{layer}"
+
+
+@dataclass(frozen=True)
+class TeacherShape:
+    name: str
+    layers: int
+    hidden: int
+
+
+class InLoopTeachers:
+    """Teachers run inside the training loop (eval mode, no_grad) for per-token hidden states.
+
+    Held by an Auxiliary as a plain attribute, not a submodule: the teachers'
+    weights are neither trained nor checkpointed.
+    """
+
+    def __init__(self, models: list, encodings: list, layers: list[tuple[int, ...]], device):
+        import torch
+
+        self.models, self.encodings, self.layers = models, encodings, layers
+        self.device = torch.device(device)
+        for model in models:
+            model.to(self.device)
+            model.eval()
+            for p in model.parameters():
+                p.requires_grad_(False)
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, index: np.ndarray, device) -> dict:
+        import torch
+
+        started = time.perf_counter()
+        out = {}
+        with torch.no_grad():
+            for i, (model, encoded, layers) in enumerate(zip(self.models, self.encodings, self.layers)):
+                if not layers:
+                    continue
+                states = model(**encoded.batch(index, device), output_hidden_states=True).hidden_states
+                for layer in layers:
+                    out[feature_key(i, layer)] = states[layer].float()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.seconds += time.perf_counter() - started
+        self.calls += 1
+        return out
+
+
+@dataclass
+class FeatureSources:
+    """What amalgamate hands a feature-level method: cached features and teachers for the loop."""
+
+    teachers: list                  # teacher records, in the objective's order
+    dataset: object                 # the transfer dataset
+    runner: object                  # probe Runner (the cache)
+    texts: list[str]
+    student_encoding: object        # the student's Encoded transfer rows
+    max_length: int
+    device: str
+    say: Callable[[str], None] = print
+    _encodings: dict = field(default_factory=dict, init=False, repr=False)
+
+    def shapes(self) -> tuple[TeacherShape, ...]:
+        return tuple(TeacherShape(t.name, t.num_layers or 1, t.hidden_size) for t in self.teachers)
+
+    def cached(self, layers: dict[int, tuple[int, ...]]) -> dict[str, np.ndarray]:
+        """{feature_key(i, layer): (n, d) memory-mapped pooled features} from the probe cache."""
+        from kamalcli.probe.arrays import ProbeArrays
+
+        out = {}
+        for i, wanted in layers.items():
+            if not wanted:
+                continue
+            teacher = self.teachers[i]
+            probe, computed = self.runner.feature_probe(teacher, self.dataset, self.max_length, tuple(wanted))
+            if computed:
+                self.say(f"Cached the mean-pooled features of {teacher.name}'s layers {', '.join(map(str, wanted))} "
+                         f"on {self.dataset.name} (one deterministic pass; reused from now on).")
+            arrays = ProbeArrays.load(Path(probe.path))
+            for layer in wanted:
+                out[feature_key(i, layer)] = arrays.features[layer]
+        return out
+
+    def _encoding(self, i: int):
+        from kamalcli.batching import encode
+        from kamalcli.modeling import load_tokenizer
+
+        if i not in self._encodings:
+            from transformers import AutoConfig
+
+            path = self.teachers[i].path
+            config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+            self._encodings[i] = encode(load_tokenizer(path), self.texts, self.max_length, config=config)
+        return self._encodings[i]
+
+    def misaligned(self) -> list[str]:
+        """Teachers whose token ids differ from the student's on some transfer row."""
+        student = self.student_encoding.ids
+        bad = []
+        for i, teacher in enumerate(self.teachers):
+            ids = self._encoding(i).ids
+            if len(ids) != len(student) or any(len(a) != len(b) or not np.array_equal(a, b) for a, b in zip(ids, student)):
+                bad.append(teacher.name)
+        return bad
+
+    def shared_encoding(self):
+        """The teachers' common tokenisation of the transfer rows, or None if they tokenise differently."""
+        first = self._encoding(0)
+        for i in range(1, len(self.teachers)):
+            other = self._encoding(i).ids
+            if any(len(a) != len(b) or not np.array_equal(a, b) for a, b in zip(first.ids, other)):
+                return None
+        return first
+
+    def in_loop(self, layers: dict[int, tuple[int, ...]], models: list | None = None) -> InLoopTeachers:
+        """models: the teachers to run (default: loaded from their folders)."""
+        from kamalcli.modeling import load_classifier
+
+        models = models or [load_classifier(self.teachers[i].path) for i in range(len(self.teachers))]
+        encodings = [self._encoding(i) for i in range(len(self.teachers))]
+        per_teacher = [tuple(layers.get(i, ())) for i in range(len(self.teachers))]
+        return InLoopTeachers(models, encodings, per_teacher, self.device)
