@@ -189,7 +189,8 @@ def lineage_section(report: Report) -> str:
         new = [label for label in s.labels if parent is None or label not in parent.labels]
         teachers = [t for t in s.teachers if parent is None or t not in parent.teachers]
         what = f"{len(s.labels)} labels" + (f", +{len(new)} new ({', '.join(new)})" if parent else "")
-        return f"<b>{escape(s.name)}</b> <span class=\"note\">{escape(s.method)}; teachers {escape(', '.join(teachers))}; {escape(what)}</span>"
+        detail = f"{s.method}; teachers {', '.join(teachers)}; {what}"
+        return f'<b>{escape(s.name)}</b> <span class="note">{escape(detail)}</span>'
 
     def tree(parent: str | None) -> str:
         items = "".join(f"<li>{added(s)}{tree(s.name)}</li>" for s in children.get(parent, []))
