@@ -102,16 +102,18 @@ def _shown_probes(probes) -> dict[tuple[int, int], object]:
 def teacher_on_data(teacher, dataset, probe, rows: dict, gold: list[str]) -> TeacherOnData:
     local = label_indices(gold, list(teacher.labels))
     inside = local >= 0
+    sampled = (probe.options.get("mc_samples") or 1) > 1  # K = 1: the "MC" columns are the plain softmax again
     distributions = []
     for score, of_rows in SCORES.items():
         values = of_rows(rows)
-        if values is None:
+        if values is None or (score == "mc-dropout" and not sampled):
             continue
         values = np.asarray(values, dtype=np.float64)
         distributions.append(ScoreDistribution(score, values[inside].tolist(), values[~inside].tolist(),
                                                auroc(values, inside)))
     reliability = []
-    for kind, pred, conf in (("plain", "pred", "max_prob"), ("MC dropout", "mc_pred", "mc_max_prob")):
+    kinds = (("plain", "pred", "max_prob"), ("MC dropout", "mc_pred", "mc_max_prob"))
+    for kind, pred, conf in kinds if sampled else kinds[:1]:
         confidence = np.asarray(rows[conf], dtype=np.float64)[inside]
         correct = np.asarray(rows[pred])[inside] == local[inside]
         c, a, n = reliability_bins(confidence, correct)
