@@ -14,6 +14,7 @@ workspace; students are trained once per seed.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import io
 import json
@@ -30,11 +31,12 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-DEFAULT_DATA = Path(os.environ.get("KAMAL_BENCH_DATA", REPO.parent / "shared" / "data" / "debian-topics"))
+# Shipped in the repository (gzipped, with its provenance): a fresh clone can rerun every scenario.
+DEFAULT_DATA = Path(os.environ.get("KAMAL_BENCH_DATA", REPO / "benchmarks" / "data" / "debian-topics"))
 RESULTS = REPO / "benchmarks" / "results"
 WORK = REPO / "benchmarks" / "work"
 
-# topics10: the reference split in ../shared/data/debian-topics/README.md
+# topics10: the reference split in benchmarks/data/debian-topics/README.md
 HALF_A = ["admin", "games", "graphics", "mail", "math"]
 HALF_B = ["net", "science", "sound", "text", "web"]
 
@@ -68,11 +70,13 @@ PROFILES = {
 
 
 def load_split(data_dir: Path, split: str) -> list[dict]:
-    path = Path(data_dir) / "topics10" / f"{split}.jsonl"
-    if not path.is_file():
-        raise SystemExit(f"no {path}: pass --data-dir (a folder with topics10/{{train,test}}.jsonl)")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
+    """topics10/SPLIT.jsonl, or its gzipped copy (.jsonl.gz) as shipped in benchmarks/data."""
+    plain = Path(data_dir) / "topics10" / f"{split}.jsonl"
+    path = next((p for p in (plain, plain.with_name(plain.name + ".gz")) if p.is_file()), None)
+    if path is None:
+        raise SystemExit(f"no {plain}[.gz]: pass --data-dir (a folder with topics10/{{train,test}}.jsonl)")
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def sample(rows: list[dict], n: int | None, salt: str) -> list[dict]:

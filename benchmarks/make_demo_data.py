@@ -3,7 +3,7 @@
 Run once; its output is committed. Deterministic: rows are picked by sha256 of
 the package name, so rerunning gives the same files.
 
-    python benchmarks/make_demo_data.py [--data-dir ../shared/data/debian-topics]
+    python benchmarks/make_demo_data.py [--data-dir benchmarks/data/debian-topics]
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import gzip
 import hashlib
 import json
 from pathlib import Path
+
+from common import DEFAULT_DATA, load_split
 
 LABELS_A = ["games", "graphics", "sound"]
 LABELS_B = ["mail", "math", "science"]
@@ -28,12 +30,12 @@ def pick(rows: list[dict], label: str, n: int) -> list[dict]:
 def main() -> None:
     here = Path(__file__).resolve().parent
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data-dir", default=str(here.parent.parent / "shared" / "data" / "debian-topics"))
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
     out = here.parent / "kamalcli" / "resources" / "demo"
     out.mkdir(parents=True, exist_ok=True)
     for split, n in PER_LABEL.items():
-        rows = [json.loads(line) for line in open(Path(args.data_dir) / "topics10" / f"{split}.jsonl")]
+        rows = load_split(args.data_dir, split)
         picked = [r for label in LABELS_A + LABELS_B for r in pick(rows, label, n)]
         picked.sort(key=lambda r: hashlib.sha256(r["package"].encode()).hexdigest())
         data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked).encode()

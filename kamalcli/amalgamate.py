@@ -165,6 +165,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     from kamalcli.batching import encode
     from kamalcli.data import load_dataset_rows
     from kamalcli.fsutil import publish_dir
+    from kamalcli.loss_history import LossHistory
     from kamalcli.modeling import save_classifier
     from kamalcli.probe.runner import Runner
     from kamalcli.runtime import resolve_device
@@ -229,8 +230,13 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
         say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
 
     # 3. the one training loop
-    result = train(model, encoded, objective, train_config, workdir, rows=train_rows, selector=selector,
-                   resume=resume and checkpoint.exists(workdir), description=f"{method.name} -> {request.name}")
+    losses = LossHistory(workdir)
+    try:
+        result = train(model, encoded, objective, train_config, workdir, rows=train_rows, selector=selector,
+                       resume=resume and checkpoint.exists(workdir), on_loss=losses.record,
+                       description=f"{method.name} -> {request.name}")
+    finally:
+        losses.close()
 
     if objective.auxiliary is not None:
         objective.info.update(objective.auxiliary.report())
@@ -263,6 +269,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
         name=request.name, method=method.name, options=asdict(options), base=str(base_folder), path=str(final),
         labels=list(outputs.space.names), parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
         select_by=request.select_by, seed=train_config.seed, train=train_record, metrics={}, run_id=run.id,
+        losses=losses.steps(),
     )
 
 

@@ -245,6 +245,21 @@ def _migrations():
                     if relative is not None:
                         db.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", [relative, rowid])
 
+    @migrations()
+    def m006_loss_history(db):
+        # A student's training loss per step (for the report's training curves);
+        # students trained before this migration have none ("not recorded").
+        _run_script(db,
+            """
+            CREATE TABLE loss_history (
+                student_id INTEGER NOT NULL REFERENCES students(id) ON DELETE CASCADE,
+                step INTEGER NOT NULL,
+                loss REAL NOT NULL,
+                PRIMARY KEY (student_id, step)
+            ) WITHOUT ROWID;
+            """
+        )
+
     return migrations
 
 

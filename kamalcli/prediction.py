@@ -30,7 +30,7 @@ def student_folder(student) -> Path:
     return folder
 
 
-def _max_length(student) -> int:
+def student_max_length(student) -> int:
     return student.train.get("config", {}).get("max_length", 128)
 
 
@@ -44,7 +44,7 @@ def student_logits(student, texts: list[str], *, device: str = "auto", batch_siz
     folder = student_folder(student)
     device = resolve_device(device)
     model = load_classifier(folder).to(device)
-    encoded = encode(load_tokenizer(folder), texts, _max_length(student), config=model.config)
+    encoded = encode(load_tokenizer(folder), texts, student_max_length(student), config=model.config)
     return predict_logits(model, encoded, batch_size=batch_size, device=device)
 
 
@@ -54,7 +54,7 @@ def predict_texts(student, texts: list[str], *, export=None, device: str = "auto
         from kamalcli.export.runtime import OnnxClassifier
 
         classifier = OnnxClassifier(Path(export.path), device=device)
-        return list(classifier.labels), classifier.predict_proba(texts, batch_size=batch_size, max_length=_max_length(student))
+        return list(classifier.labels), classifier.predict_proba(texts, batch_size=batch_size, max_length=student_max_length(student))
 
     import torch
 

@@ -526,13 +526,15 @@ class Store:
     def student_by_id(self, student_id: int) -> Student:
         return self._student(self._one("SELECT * FROM students WHERE id = ?", [student_id]))
 
-    def add_student(self, *, teachers: list[tuple], **fields: Any) -> Student:
-        """teachers: (teacher, probe_id) in the order of the student's label space."""
+    def add_student(self, *, teachers: list[tuple], losses: list[tuple[int, float]] = (), **fields: Any) -> Student:
+        """teachers: (teacher, probe_id) in the order of the student's label space; losses: (step, training loss)."""
         for key in ("options", "labels", "train", "metrics"):
             fields[key] = _dumps(fields.get(key, {}))
         fields["path"], fields["base"] = self._rel(fields["path"]), self._rel(fields["base"])
         with self.transaction():
             student_id = self._insert("students", fields)
+            self.db.conn.executemany("INSERT INTO loss_history (student_id, step, loss) VALUES (?, ?, ?)",
+                                     ((student_id, int(step), float(loss)) for step, loss in losses))
             for position, (teacher, probe_id) in enumerate(teachers):
                 self.db.execute(
                     "INSERT INTO student_teachers (student_id, position, teacher_id, teacher_name, fingerprint, probe_id) "
@@ -540,6 +542,11 @@ class Store:
                     [student_id, position, teacher.id, teacher.name, teacher.fingerprint, probe_id],
                 )
         return self.student_by_id(student_id)
+
+    def loss_history(self, student_id: int) -> list[tuple[int, float]]:
+        """(step, training loss) in step order; empty for a student trained before kamal recorded it."""
+        return [(r["step"], r["loss"]) for r in self._rows(
+            "SELECT step, loss FROM loss_history WHERE student_id = ? ORDER BY step", [student_id])]
 
     def remove_student(self, name: str) -> Student:
         student = self.student(name)

@@ -71,9 +71,14 @@ def _selection_table(dataset: str, result: dict) -> None:
 
 @click.command()
 @json_option
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Write the whole report with its plots as one self-contained HTML file (opens offline).")
 @pass_app
-def report(app: App, as_json: bool) -> None:
+def report(app: App, as_json: bool, html_path: str | None) -> None:
     """Probe results: uncertainty, calibration (ECE) in and out of domain, and selection quality."""
+    if html_path:
+        _html_report(app, html_path, as_json)
+        return
     with app.reader() as store:
         teachers = {t.id: t for t in store.teachers()}
         datasets = {d.id: d for d in store.datasets()}
@@ -118,6 +123,25 @@ def report(app: App, as_json: bool) -> None:
             click.echo(f"On {data}, {best} selects the right teacher most often ({pct(real[best]['accuracy'])}%).")
             if best in ("entropy", "max-prob", "rmd"):
                 click.echo(f"  MUKI methods can select with it: kamal amalgamate --method muki-hard --option score={best}")
+
+
+def _html_report(app: App, path: str, as_json: bool) -> None:
+    from pathlib import Path
+
+    from kamalcli.errors import KamalError
+    from kamalcli.report import write_html_report
+
+    target = Path(path).expanduser().resolve()
+    if not target.parent.is_dir():
+        raise KamalError(f"cannot write {path}: no folder {target.parent}")
+    with app.reader() as store:
+        written = write_html_report(app.workspace, store, target)
+    if as_json:
+        emit_json(written)
+        return
+    click.echo(f"Wrote {written['path']} ({written['bytes'] / 1024:.0f} KB: {written['teachers']} teachers, "
+               f"{written['probes']} probes on labelled data, {written['students']} students); "
+               "open it in any browser, offline.")
 
 
 def _c(uhat):

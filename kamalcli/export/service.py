@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from kamalcli.errors import KamalError
@@ -34,9 +36,7 @@ def card_fields(store, student) -> dict:
         ["teacher", "labels", "weights sha256"],
         [(t["name"], ", ".join(_teacher_labels(store, t)) or "-", t["fingerprint"][:16]) for t in student.teachers],
     )
-    latest = {}
-    for e in store.evaluations(student.id):
-        latest[e["data"]] = e["metrics"]
+    latest = latest_evaluations(store, student)
     metrics = markdown_table(
         ["data", "rows", "accuracy", "macro-F1"],
         [(d, m["rows"], f"{100 * m['accuracy']:.1f}%", f"{100 * m['macro_f1']:.1f}%") for d, m in latest.items()],
@@ -45,6 +45,10 @@ def card_fields(store, student) -> dict:
     labelled = student.select_by.startswith("eval:")
     return {
         "name": student.name,
+        "method": student.method,
+        "options": ", ".join(f"{k}={v}" for k, v in sorted(student.options.items())) or "defaults",
+        "base": _base_for_people(_kamal_json(Path(student.path)).get("base") or student.base),
+        "seed": student.seed,
         "teachers_table": teachers,
         "num_teachers": len(student.teachers),
         "metrics_table": metrics,
@@ -52,7 +56,89 @@ def card_fields(store, student) -> dict:
         "lineage": f"extends {student.parent}" if student.parent else "first version",
         "select_by": student.select_by + (" (labelled data)" if labelled else " (label-free)"),
         "select_by_note": f" (but the best checkpoint was chosen on the labels of {student.select_by[5:]})" if labelled else "",
+        "max_length": student.train.get("config", {}).get("max_length"),
+        "hub_metadata": hub_metadata(store, student, latest, transfer.name if transfer else None),
     }
+
+
+def _base_for_people(base: str) -> str:
+    """A named base or hub id as it is; a local folder by its name only (a card gets published)."""
+    if os.sep in base and Path(base).expanduser().exists():
+        return f"{Path(base).name} (a local folder)"
+    return base
+
+
+def latest_evaluations(store, student) -> dict[str, dict]:
+    """Dataset name -> the metrics of the student's newest evaluation on it."""
+    return {e["data"]: e["metrics"] for e in store.evaluations(student.id)}
+
+
+# Named bases (kamal models) and the Hub models they are.
+NAMED_BASE_HUB_IDS = {
+    "minilm-l6": "sentence-transformers/all-MiniLM-L6-v2",
+    "minilm-l3": "sentence-transformers/paraphrase-MiniLM-L3-v2",
+}
+
+
+def hub_metadata(store, student, latest: dict[str, dict], transfer: str | None) -> dict:
+    """What the Hub reads from a card: base_model, license (when the base declares one), datasets, model-index."""
+    from kamalcli.assets import _HUB_ID
+
+    root = student  # an extended student's base is its first ancestor's
+    while root.parent and (parent := store.find_student(root.parent)) is not None and parent.id != root.id:
+        root = parent
+    meta: dict = {}
+    base = _kamal_json(Path(root.path)).get("base")
+    hub_id = NAMED_BASE_HUB_IDS.get(base) or (base if base and _HUB_ID.match(base) and not Path(base).exists() else None)
+    if hub_id:
+        meta["base_model"] = hub_id
+    license_id = declared_license(Path(root.base))
+    if license_id:
+        meta["license"] = license_id
+    datasets = list(dict.fromkeys(([transfer] if transfer else []) + list(latest)))
+    if datasets:
+        meta["datasets"] = datasets
+    results = [{
+        "task": {"type": "text-classification", "name": "Text Classification"},
+        "dataset": {"name": data, "type": data},
+        "metrics": [m for m in (
+            {"type": "accuracy", "value": round(metrics["accuracy"], 4), "name": "Accuracy"}
+            if metrics.get("accuracy") is not None else None,
+            {"type": "f1", "value": round(metrics["macro_f1"], 4), "name": "Macro F1", "args": {"average": "macro"}}
+            if metrics.get("macro_f1") is not None else None,
+        ) if m],
+    } for data, metrics in latest.items()]
+    results = [r for r in results if r["metrics"]]
+    if results:
+        meta["model-index"] = [{"name": student.name, "results": results}]
+    return meta
+
+
+def _kamal_json(folder: Path) -> dict:
+    try:
+        meta = json.loads((folder / "kamal.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def declared_license(folder: Path) -> str | None:
+    """The `license:` of a model folder's README.md front matter, if it has one."""
+    import yaml
+
+    try:
+        text = (folder / "README.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.startswith("---"):
+        return None
+    block = text[3:].split("\n---", 1)[0]
+    try:
+        data = yaml.safe_load(block)
+    except yaml.YAMLError:
+        return None
+    value = data.get("license") if isinstance(data, dict) else None
+    return str(value) if isinstance(value, (str, int)) and str(value).strip() else None
 
 
 def _teacher_labels(store, teacher_row: dict) -> list[str]:

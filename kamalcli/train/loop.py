@@ -155,9 +155,13 @@ def train(
     selector: Selector | None = None,
     resume: bool = False,
     on_step: Callable[[int], None] | None = None,
+    on_loss: Callable[[int, float], None] | None = None,
     description: str = "train",
 ) -> TrainResult:
-    """Train in place; at the end the model holds the selected (best) weights."""
+    """Train in place; at the end the model holds the selected (best) weights.
+
+    on_loss(step, loss) hears every step's training loss (kamalcli/loss_history.py records it).
+    """
     from kamalcli.progress import progress_bar
 
     config.validate()
@@ -241,6 +245,8 @@ def train(
             state.seconds = time.perf_counter() - started
             smoothed = value if smoothed is None else 0.9 * smoothed + 0.1 * value
             bar.advance(len(index), loss=smoothed)
+            if on_loss is not None:
+                on_loss(state.step, value)
             boundary = state.step % steps_per_epoch == 0 or state.step == total
             if state.step % config.checkpoint_every == 0 or boundary:
                 select()

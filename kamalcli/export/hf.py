@@ -1,0 +1,126 @@
+"""kamal export --hf: the student as a plain Hugging Face folder with a Hub model card.
+
+The folder is what `transformers.pipeline("text-classification", model=folder)`
+and `huggingface_hub.upload_folder` expect: safetensors weights, config.json
+with the labels, tokenizer files and README.md. Before it is published, the
+staged folder is loaded with that very pipeline and must agree with kamal's
+own predictions. Like the ONNX export it is written to a temporary folder and
+renamed into place, and `.kamal-export` marks it as a kamal export (so `--force`
+may replace it, and nothing else).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kamalcli import __version__
+from kamalcli.errors import KamalError, KamalFailure
+from kamalcli.fsutil import ensure_writable_dir, publish_dir, write_json_atomic, write_text_atomic
+
+MARKER = "export.json"
+CHECK_ROWS = 64
+CHECK_TOLERANCE = 1e-4
+LEFT_OUT = {"kamal.json"}  # kamal's own record; the card says the same for people
+
+
+@dataclass
+class HfExport:
+    path: Path
+    files: list[str]
+    size_bytes: int
+    check: dict
+
+    def as_json(self) -> dict:
+        return {"path": str(self.path), "format": "hf", "files": self.files, "size_bytes": self.size_bytes,
+                "check": self.check}
+
+
+def export_hf(workspace, store, student, *, out: str | None, force: bool) -> HfExport:
+    from kamalcli.export.service import card_fields, check_target, parity_texts
+    from kamalcli.prediction import student_folder
+    from kamalcli.runs import recorded_run
+
+    folder = student_folder(student)
+    target = Path(out).expanduser().resolve() if out else workspace.artifact_dir("exports") / f"{student.name}-hf"
+    check_target(workspace, store, target, force)
+    ensure_writable_dir(target.parent)
+    texts = parity_texts(store, student)[:CHECK_ROWS]
+    fields = card_fields(store, student)
+    params = {"student": student.name, "format": "hf", "out": str(target)}
+    with recorded_run(store, "export", student.name, params) as run:
+        staging = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            result = _export_into(staging, folder, student, texts, fields)
+            check_target(workspace, store, target, force)  # it may have appeared while we worked
+            publish_dir(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        result.path = target
+        run.result = result.as_json()
+    return result
+
+
+def _export_into(staging: Path, folder: Path, student, texts: list[str], fields: dict) -> HfExport:
+    from kamalcli.export.card import render_card
+
+    for item in sorted(folder.iterdir()):
+        if item.is_file() and item.name not in LEFT_OUT:
+            shutil.copy2(item, staging / item.name)
+    check = pipeline_check(staging, student, texts)
+    fields = {**fields, "kamal_version": __version__, "num_labels": len(student.labels),
+              "labels_table": _labels_table(student.labels), "check_rows": check["rows"],
+              "check_max_abs": f"{check['max_abs_diff']:.2e}", "check_argmax": f"{check['argmax_agreement']:.4f}"}
+    write_text_atomic(staging / "README.md", render_card(fields, kind="hf"))
+    from kamalcli.export.onnx import EXPORT_MARKER
+
+    files = sorted(p.name for p in staging.iterdir()) + [MARKER, EXPORT_MARKER]
+    write_json_atomic(staging / EXPORT_MARKER, {"kamal_version": __version__, "source": str(folder), "format": "hf"})
+    write_json_atomic(staging / MARKER, {
+        "format": "hf", "kamal_version": __version__, "student": student.name, "source": str(folder),
+        "labels": list(student.labels), "check": check, "files": files,
+    })
+    size = sum(p.stat().st_size for p in staging.iterdir())
+    return HfExport(path=staging, files=files, size_bytes=size, check=check)
+
+
+def _labels_table(labels) -> str:
+    from kamalcli.export.card import labels_table
+
+    return labels_table(list(labels))
+
+
+def pipeline_check(folder: Path, student, texts: list[str]) -> dict:
+    """The exported folder through transformers' text-classification pipeline against kamal's own predictions."""
+    import numpy as np
+    from transformers import pipeline
+
+    from kamalcli.prediction import student_max_length, predict_texts
+
+    max_length = student_max_length(student)
+    try:
+        classifier = pipeline("text-classification", model=str(folder), device="cpu", trust_remote_code=False)
+        outputs = classifier(texts, top_k=None, truncation=True, max_length=max_length)
+    except Exception as e:  # whatever transformers raises: the folder is not usable as promised
+        from kamalcli.errors import first_line
+
+        raise KamalFailure(f"the exported folder does not load in transformers.pipeline: {first_line(e, 200)}") from None
+    labels, reference = predict_texts(student, texts, device="cpu")
+    got = np.zeros_like(reference)
+    for row, scores in enumerate(outputs):
+        for item in scores:
+            got[row, labels.index(item["label"])] = item["score"]
+    diff = float(np.abs(got - reference).max())
+    check = {"rows": len(texts), "max_abs_diff": diff, "tolerance": CHECK_TOLERANCE, "max_length": max_length,
+             "argmax_agreement": float((got.argmax(1) == reference.argmax(1)).mean()),
+             "reference": "kamal predict (PyTorch)", "loader": "transformers.pipeline('text-classification')"}
+    if not diff <= CHECK_TOLERANCE:  # also catches NaN
+        raise KamalFailure(f"the exported folder disagrees with the student in transformers.pipeline: max |probability "
+                           f"difference| {diff:.2e} > {CHECK_TOLERANCE:g} on {len(texts)} texts")
+    return check

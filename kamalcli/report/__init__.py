@@ -1,0 +1,22 @@
+"""kamal report --html: the workspace's probes, selection and students as one offline HTML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_html_report(workspace, store, path: Path) -> dict:
+    """Gather, render and write atomically. Returns what was written (for the command's line)."""
+    from kamalcli.errors import KamalError
+    from kamalcli.fsutil import write_text_atomic
+    from kamalcli.report.gather import gather
+    from kamalcli.report.html import render
+
+    report = gather(workspace, store)
+    text = render(report)
+    try:
+        write_text_atomic(path, text)
+    except OSError as e:
+        raise KamalError(f"cannot write {path}: {e.strerror or e}") from None
+    return {"path": str(path), "bytes": len(text.encode("utf-8")), "teachers": len(report.teachers),
+            "probes": len(report.probes), "students": len(report.students)}

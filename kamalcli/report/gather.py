@@ -1,0 +1,167 @@
+"""Everything the HTML report shows, read from the workspace (no model runs, no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kamalcli.labels import label_indices
+from kamalcli.probe.calibration import ece
+from kamalcli.probe.figures import SCORES
+from kamalcli.probe.selection import auroc
+
+RELIABILITY_BINS = 15  # as kamal's ECE
+
+
+@dataclass
+class ScoreDistribution:
+    score: str
+    inside: list[float]
+    outside: list[float]
+    auroc: float | None  # in-domain rows (positive) against out-of-domain rows
+
+
+@dataclass
+class Reliability:
+    kind: str  # "plain" or "MC dropout"
+    confidence: list[float | None]
+    accuracy: list[float | None]
+    counts: list[int]
+    ece: float | None
+
+
+@dataclass
+class TeacherOnData:
+    teacher: str
+    data: str
+    probe_id: int
+    mc_samples: int | None
+    in_rows: int
+    out_rows: int
+    distributions: list[ScoreDistribution]
+    reliability: list[Reliability]
+    summary: dict
+
+
+@dataclass
+class StudentView:
+    name: str
+    method: str
+    options: dict
+    parent: str | None
+    teachers: list[str]
+    labels: list[str]
+    select_by: str
+    train: dict
+    losses: list[tuple[int, float]]
+    evaluations: dict[str, dict]  # data name -> its latest metrics
+
+
+@dataclass
+class Report:
+    workspace: str
+    teachers: list[dict]
+    probes: list[TeacherOnData] = field(default_factory=list)
+    unlabelled: list[str] = field(default_factory=list)  # probed datasets without gold labels
+    selection: list[dict] = field(default_factory=list)
+    students: list[StudentView] = field(default_factory=list)
+    baselines: list[dict] = field(default_factory=list)
+
+
+def reliability_bins(confidence, correct, bins: int = RELIABILITY_BINS):
+    """Per equal-width bin (lo, hi]: mean confidence, accuracy and row count (kamal's ECE bins)."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+    conf, acc, counts = [], [], []
+    for b in range(bins):
+        members = which == b
+        n = int(members.sum())
+        counts.append(n)
+        conf.append(float(confidence[members].mean()) if n else None)
+        acc.append(float(correct[members].mean()) if n else None)
+    return conf, acc, counts
+
+
+def _shown_probes(probes) -> dict[tuple[int, int], object]:
+    """One probe per (teacher, dataset): the most MC-dropout passes, then the newest.
+
+    Baselines leave logits-only probes (K = 1) behind; a real `kamal probe` is the one to show.
+    """
+    shown = {}
+    for p in probes:  # in id order
+        key = (p.teacher_id, p.dataset_id)
+        if key not in shown or (p.options.get("mc_samples") or 1) >= (shown[key].options.get("mc_samples") or 1):
+            shown[key] = p
+    return shown
+
+
+def teacher_on_data(teacher, dataset, probe, rows: dict, gold: list[str]) -> TeacherOnData:
+    local = label_indices(gold, list(teacher.labels))
+    inside = local >= 0
+    sampled = (probe.options.get("mc_samples") or 1) > 1  # K = 1: the "MC" columns are the plain softmax again
+    distributions = []
+    for score, of_rows in SCORES.items():
+        values = of_rows(rows)
+        if values is None or (score == "mc-dropout" and not sampled):
+            continue
+        values = np.asarray(values, dtype=np.float64)
+        distributions.append(ScoreDistribution(score, values[inside].tolist(), values[~inside].tolist(),
+                                               auroc(values, inside)))
+    reliability = []
+    kinds = (("plain", "pred", "max_prob"), ("MC dropout", "mc_pred", "mc_max_prob"))
+    for kind, pred, conf in kinds if sampled else kinds[:1]:
+        confidence = np.asarray(rows[conf], dtype=np.float64)[inside]
+        correct = np.asarray(rows[pred])[inside] == local[inside]
+        c, a, n = reliability_bins(confidence, correct)
+        reliability.append(Reliability(kind, c, a, n, ece(confidence, correct) if inside.any() else None))
+    return TeacherOnData(teacher.name, dataset.name, probe.id, probe.options.get("mc_samples"),
+                         int(inside.sum()), int((~inside).sum()), distributions, reliability, probe.summary)
+
+
+def gather(workspace, store) -> Report:
+    from kamalcli.data import load_dataset_rows
+
+    teachers = {t.id: t for t in store.teachers()}
+    datasets = {d.id: d for d in store.datasets()}
+    report = Report(
+        workspace=Path(workspace.root).name,
+        teachers=[{"name": t.name, "labels": list(t.labels), "origin": t.origin, "layers": t.num_layers}
+                  for t in teachers.values()],
+    )
+    gold_of: dict[int, list[str]] = {}
+    for (teacher_id, dataset_id), probe in sorted(_shown_probes(store.probes()).items(),
+                                                  key=lambda kv: (kv[0][1], kv[0][0])):
+        dataset = datasets[dataset_id]
+        if not dataset.has_labels:
+            if dataset.name not in report.unlabelled:
+                report.unlabelled.append(dataset.name)
+            continue
+        if dataset_id not in gold_of:
+            gold_of[dataset_id] = load_dataset_rows(dataset)[1]
+        report.probes.append(teacher_on_data(teachers[teacher_id], dataset, probe, store.probe_rows(probe.id),
+                                             gold_of[dataset_id]))
+    report.selection = [
+        {"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
+         "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
+         "options_key": r["options_key"]}
+        for r in store.selections()
+    ]
+    for s in store.students():
+        latest = {e["data"]: e["metrics"] for e in store.evaluations(s.id)}
+        report.students.append(StudentView(
+            name=s.name, method=s.method, options=s.options, parent=s.parent,
+            teachers=[t["name"] for t in s.teachers], labels=list(s.labels), select_by=s.select_by,
+            train=s.train, losses=store.loss_history(s.id), evaluations=latest,
+        ))
+    baselines = {}
+    for e in store.evaluations():
+        if e["baseline"]:
+            baselines[(e["baseline"], e["data"])] = e
+    report.baselines = [{"baseline": b, "data": d, "accuracy": e["metrics"].get("accuracy"),
+                         "macro_f1": e["metrics"].get("macro_f1"), "rows": e["metrics"].get("rows")}
+                        for (b, d), e in baselines.items()]
+    return report

@@ -1,0 +1,29 @@
+"""The benchmark data ships with kamal: a fresh clone can rerun every scenario."""
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_topics10_is_in_the_repository_and_is_the_default():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from common import DEFAULT_DATA, HALF_A, HALF_B, load_split
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert DEFAULT_DATA == ROOT / "benchmarks" / "data" / "debian-topics"
+    sizes = {split: len(load_split(DEFAULT_DATA, split)) for split in ("train", "dev", "test")}
+    assert sizes == {"train": 5437, "dev": 736, "test": 1602}  # the counts in its README
+    train = load_split(DEFAULT_DATA, "train")
+    assert set(Counter(r["label"] for r in train)) == set(HALF_A + HALF_B)
+    assert {"text", "label", "package", "source"} <= set(train[0])
+    shipped = sum(p.stat().st_size for p in (DEFAULT_DATA / "topics10").iterdir())
+    assert shipped < 3_000_000
+    assert "Licence" in (DEFAULT_DATA / "README.md").read_text()
+
+
+def test_nothing_points_outside_the_repository_for_data():
+    for path in [*(ROOT / "benchmarks").glob("*.py"), ROOT / "README.md"]:
+        assert "shared/data" not in path.read_text(), path
