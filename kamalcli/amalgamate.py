@@ -183,11 +183,16 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     probes = []
     for teacher in teachers:
         wanted = settings[teacher.id]
-        if not method.confidences:  # the logits are all it reads: any probe at this length, else one plain pass
-            if runner.logits_cached(teacher, dataset, wanted.max_length) is None:
+        if not method.confidences:  # the logits are all it reads: any cached probe, else one plain pass
+            cached = runner.logits_cached(teacher, dataset, train_config.max_length, any_length=True)
+            if cached is None:
                 say(f"Probing {teacher.name} on {dataset.name} first (logits only: {method.name} reads no "
                     f"confidences; max length {wanted.max_length}).")
-            probes.append(runner.logits_probe(teacher, dataset, wanted.max_length))
+                cached = runner.logits_probe(teacher, dataset, wanted.max_length)
+            else:
+                say(f"Using cached probe {cached.id} of {teacher.name} on {dataset.name} for its logits "
+                    f"(max length {cached.options.get('max_length')}).")
+            probes.append(cached)
             continue
         if not runner.cached(teacher, dataset, wanted, need_rmd):
             say(f"Probing {teacher.name} on {dataset.name} first (K={wanted.mc_samples}, max length "

@@ -51,13 +51,13 @@ def _dead_run_folders(workspace, store) -> list[Path]:
     folders = [p for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.is_dir() else []
     if not folders:
         return []
-    from kamalcli.train import checkpoint
+    from kamalcli.train.phases import started
 
     students, teachers = {s.name for s in store.students()}, {t.name for t in store.teachers()}
     finished = {"amalgamate": students, "extend": students, "train-teacher": teachers}
     keep = {Path(r.workdir).resolve() for r in store.runs()
             if r.status in ("interrupted", "failed") and r.workdir and r.name not in finished.get(r.kind, ())
-            and checkpoint.exists(Path(r.workdir))}
+            and started(Path(r.workdir))}
     return [p for p in folders if p.resolve() not in keep]
 
 

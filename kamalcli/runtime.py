@@ -48,6 +48,8 @@ def prepare_environment() -> None:
     hf_home = cache_dir() / "huggingface"
     os.environ.setdefault("HF_HOME", str(hf_home))
     os.environ.setdefault("HF_DATASETS_CACHE", str(hf_home / "datasets"))
+    # CUDA's kernel JIT cache (torch and onnxruntime alike) would go to ~/.nv otherwise.
+    os.environ.setdefault("CUDA_CACHE_PATH", str(cache_dir() / "cuda"))
 
 
 def resolve_device(name: str | None) -> str:

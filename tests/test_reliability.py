@@ -236,7 +236,7 @@ def test_item08_amalgamate_uses_the_cached_probe_with_the_same_k(two_teachers, a
     k = two_teachers
     k("probe", "--max-length", "24", "--mc-samples", "2", "--no-rmd")
     probes = len(k.json("report")["probes"])
-    args = ["--method", "uhc", "--student", assets["encoder"], "--epochs", "1", "--max-length", "24"]
+    args = ["--method", "muki-hard", "--student", assets["encoder"], "--epochs", "1", "--max-length", "24"]
     result = k("amalgamate", *args, "--mc-samples", "2", "--name", "a")
     assert "Probing" not in result.stderr
     assert "Using cached probe" in result.stderr and "K=2, max length 24" in result.stderr
@@ -410,7 +410,7 @@ def test_item15_deleted_probe_files_are_not_called_different(two_teachers, asset
     two_teachers("probe", "--mc-samples", "1", "--no-rmd", "--data", "pool")
     assert two_teachers.json("report")["probes"]
     shutil.rmtree(two_teachers.workspace / ".kamal" / "artifacts" / "probes")
-    result = two_teachers("amalgamate", "--method", "uhc", "--name", "u", "--student", assets["encoder"], *TRAIN)
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "u", "--student", assets["encoder"], *TRAIN)
     assert "Probing news on pool first (K=1, max length 128)." in result.stderr
     assert "differ" not in result.stderr
 

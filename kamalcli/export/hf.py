@@ -5,8 +5,8 @@ and `huggingface_hub.upload_folder` expect: safetensors weights, config.json
 with the labels, tokenizer files and README.md. Before it is published, the
 staged folder is loaded with that very pipeline and must agree with kamal's
 own predictions. Like the ONNX export it is written to a temporary folder and
-renamed into place, and `.kamal-export` marks it as a kamal export (so `--force`
-may replace it, and nothing else).
+renamed into place, and export.json (with its "format") marks it as a kamal export,
+so `--force` may replace it (and nothing else) without a hidden file in the folder.
 """
 
 from __future__ import annotations
@@ -25,6 +25,13 @@ MARKER = "export.json"
 CHECK_ROWS = 64
 CHECK_TOLERANCE = 1e-4
 LEFT_OUT = {"kamal.json"}  # kamal's own record; the card says the same for people
+
+
+def has_marker(folder: Path) -> bool:
+    try:
+        return "format" in json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 @dataclass
@@ -78,10 +85,7 @@ def _export_into(staging: Path, folder: Path, student, texts: list[str], fields:
               "labels_table": _labels_table(student.labels), "check_rows": check["rows"],
               "check_max_abs": f"{check['max_abs_diff']:.2e}", "check_argmax": f"{check['argmax_agreement']:.4f}"}
     write_text_atomic(staging / "README.md", render_card(fields, kind="hf"))
-    from kamalcli.export.onnx import EXPORT_MARKER
-
-    files = sorted(p.name for p in staging.iterdir()) + [MARKER, EXPORT_MARKER]
-    write_json_atomic(staging / EXPORT_MARKER, {"kamal_version": __version__, "source": str(folder), "format": "hf"})
+    files = sorted(p.name for p in staging.iterdir()) + [MARKER]
     write_json_atomic(staging / MARKER, {
         "format": "hf", "kamal_version": __version__, "student": student.name, "source": str(folder),
         "labels": list(student.labels), "check": check, "files": files,

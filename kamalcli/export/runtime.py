@@ -40,7 +40,6 @@ def ort_cache_dir() -> Path:
 def _prepare_gpu_caches() -> None:
     base = ort_cache_dir()
     os.environ.setdefault("ORT_TENSORRT_CACHE_PATH", str(base / "tensorrt"))
-    os.environ.setdefault("CUDA_CACHE_PATH", str(base / "cuda"))
 
 
 def import_ort():

@@ -149,6 +149,7 @@ def _teacher_labels(store, teacher_row: dict) -> list[str]:
 def check_target(workspace, store, target: Path, force: bool) -> None:
     """An export folder may replace (with --force) only a previous kamal export: never the workspace,
     a folder holding it, its state, or a folder with anything else in it."""
+    from kamalcli.export.hf import has_marker
     from kamalcli.export.onnx import EXPORT_MARKER
 
     root, state = workspace.root.resolve(), workspace.state_dir.resolve()
@@ -165,7 +166,7 @@ def check_target(workspace, store, target: Path, force: bool) -> None:
     if not target.is_dir():
         raise KamalError(f"{target} is a file, not a previous export; choose another --out")
     recorded = any(Path(e.path).resolve() == target for e in store.exports())  # exports made before the marker
-    if not ((target / EXPORT_MARKER).is_file() or recorded or not any(target.iterdir())):
+    if not ((target / EXPORT_MARKER).is_file() or has_marker(target) or recorded or not any(target.iterdir())):
         raise KamalError(f"{target} is not a previous kamal export (it has no {EXPORT_MARKER}); --force replaces "
                          "only those: choose another --out")
 

@@ -40,7 +40,9 @@ def choose_probes(store, teachers, dataset, request: ProbeRequest, *, need_rmd: 
 def _choose(store, teacher, dataset, wanted: ProbeSettings, need_rmd: bool, max_length: int, say) -> ProbeSettings:
     usable = [p for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id)
               if (Path(p.path) / "meta.json").is_file()
-              and (not need_rmd or set(wanted.layers) <= set(p.options.get("layers", [])))]
+              and (not need_rmd or set(wanted.layers) <= set(p.options.get("layers", [])))
+              # a deterministic pass (what logits-only methods and feature caches leave) is no MC probe to prefer
+              and not (p.options.get("mc_samples") == 1 and wanted.mc_samples > 1)]
     if not usable:
         return wanted  # nothing cached (or its files are gone): probe with the settings asked for
     exact = [p for p in usable if _without_layers(p.options) == _without_layers(wanted.cache_fields())]

@@ -112,12 +112,13 @@ class Runner:
     def cached(self, teacher, dataset, settings: ProbeSettings, need_layers: bool = True) -> bool:
         return any((Path(p.path) / "meta.json").is_file() for p in self._compatible(teacher, dataset, settings, need_layers))
 
-    def logits_cached(self, teacher, dataset, max_length: int):
-        """Any probe of the pair with this max length has the deterministic logits (or None)."""
-        for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
-            if p.options.get("max_length") == max_length and (Path(p.path) / "meta.json").is_file():
-                return p
-        return None
+    def logits_cached(self, teacher, dataset, max_length: int, *, any_length: bool = False):
+        """A cached probe of the pair at this max length (or, with any_length, at any length, this one
+        preferred): every probe holds the deterministic logits. None if there is none."""
+        found = [p for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id)
+                 if (Path(p.path) / "meta.json").is_file() and (any_length or p.options.get("max_length") == max_length)]
+        found.sort(key=lambda p: (p.options.get("max_length") != max_length, p.id))
+        return found[0] if found else None
 
     def logits_probe(self, teacher, dataset, max_length: int):
         """A probe with the deterministic logits at this max length: a cached one, else a K=1 one."""

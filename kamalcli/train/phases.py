@@ -35,6 +35,7 @@ class Phases:
         folder = self.workdir / f"phase-{name}"
         done = folder / DONE
         if done.is_file():
+            model.to(self.config.device)  # where train() would have left it
             checkpoint.load_weights(model, done)
             self.say(f"Phase {name} finished before: its weights are restored.")
             return False
