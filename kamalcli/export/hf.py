@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kamalcli import __version__
-from kamalcli.errors import KamalError, KamalFailure
+from kamalcli.errors import KamalFailure
 from kamalcli.fsutil import ensure_writable_dir, publish_dir, write_json_atomic, write_text_atomic
 
 MARKER = "export.json"

@@ -12,9 +12,9 @@ Source = Literal["tokens", "pooled"]  # tokens: teachers run in the loop; pooled
 
 
 @dataclass(frozen=True)
-class DFAOptions(KDOptions):
-    features: Source = "tokens"
-    layers: Literal["all", "last"] = "all"            # which student layers are matched
+class FeatureKDOptions(KDOptions):
+    """vanilla-kd on outputs plus feature terms times feature_weight."""
+
     feature_weight: float = 1.0
 
     def check(self) -> None:
@@ -23,12 +23,14 @@ class DFAOptions(KDOptions):
 
 
 @dataclass(frozen=True)
-class CFLOptions(KDOptions):
-    feature_weight: float = 1.0
+class DFAOptions(FeatureKDOptions):
+    features: Source = "tokens"
+    layers: Literal["all", "last"] = "all"            # which student layers are matched
 
-    def check(self) -> None:
-        super().check()
-        require(self.feature_weight >= 0, "feature_weight must be 0 or more")
+
+@dataclass(frozen=True)
+class CFLOptions(FeatureKDOptions):
+    pass
 
 
 @dataclass(frozen=True)
