@@ -251,6 +251,12 @@ def probe_side_by_side(bench: Bench, source: Workspace) -> dict:
     for p in report["probes"]:
         if p["data"] == "test" and p["mc_samples"] == k and p["max_length"] == length:
             probes[(p["teacher"], "default" if p.get("mc_estimator") == "adaptive" else "exact")] = p
+    # the exact probe's own sampling noise: the same probe of the test rows with other dropout masks
+    ws("probe", "--data", "test", "--mc-samples", str(k), "--max-length", str(length), "--mc-exact", "--seed", "1",
+       quiet=True)
+    other_key = ProbeRequest(mc_samples=k, max_length=length, seed=1, mc_exact=True).options_key
+    selection["exact, seed 1"] = {s["score"]: s for s in ws.json("report")["selection"]
+                                  if s["data"] == "test" and s["options_key"] == other_key}
     students = {"exact": [], "default": []}
     for seed in bench.seeds:
         for mode, extra in (("exact", ("--mc-exact",)), ("default", ())):
@@ -260,8 +266,10 @@ def probe_side_by_side(bench: Bench, source: Workspace) -> dict:
     for score in selection["exact"]:
         e, d = selection["exact"][score], selection["default"].get(score, {})
         auroc = lambda r: "-" if r.get("auroc") is None else f"{r['auroc']:.3f}"  # noqa: E731
+        o = selection["exact, seed 1"].get(score, e)
         rows.append([f"selection by {score}", f"{100 * e['accuracy']:.1f} / {100 * d['accuracy']:.1f}",
-                     f"{100 * (d['accuracy'] - e['accuracy']):+.1f} points; AUROC {auroc(e)} / {auroc(d)}"])
+                     f"{100 * (d['accuracy'] - e['accuracy']):+.1f} points (exact with other masks: "
+                     f"{100 * (o['accuracy'] - e['accuracy']):+.1f}); AUROC {auroc(e)} / {auroc(d)} ({auroc(o)})"])
     for teacher in ("half-a", "half-b"):
         e, d = probes[(teacher, "exact")], probes[(teacher, "default")]
         rows.append([f"{teacher} on test: MC ECE in / out", f"{e['mc_ece_in']:.3f} {e['mc_ece_out']:.3f} / "
@@ -280,4 +288,7 @@ def probe_side_by_side(bench: Bench, source: Workspace) -> dict:
     return {"selection": selection, "students": students, "student_accuracy_delta": delta,
             "selection_delta": {s: selection["default"][s]["accuracy"] - selection["exact"][s]["accuracy"]
                                 for s in selection["exact"] if s in selection["default"]},
+            "exact_other_masks_selection_delta": {
+                s: selection["exact, seed 1"][s]["accuracy"] - selection["exact"][s]["accuracy"]
+                for s in selection["exact"] if s in selection["exact, seed 1"]},
             "table": table}
