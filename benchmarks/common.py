@@ -168,15 +168,19 @@ class Bench:
            "--max-length", str(self.profile.max_length), *extra)
 
     def student(self, ws: Workspace, name: str, method: str, teachers: list[str], seed: int,
-                options: tuple[str, ...] = (), base: str | None = None, data: str = "transfer") -> dict:
-        """Train (unless done) and evaluate one student; returns its test metrics and training time."""
+                options: tuple[str, ...] = (), base: str | None = None, data: str = "transfer",
+                extra: tuple[str, ...] = ()) -> dict:
+        """Train (unless done) and evaluate one student; returns its test metrics and training time.
+
+        extra: more `kamal amalgamate` arguments (e.g. --mc-exact).
+        """
         full = f"{name}-s{seed}"
         if not ws.has_student(full):
             self.say(f"amalgamate {full}")
             ws("amalgamate", "--method", method, "--name", full, "--student", base or self.profile.base,
                "--data", data, "--mc-samples", str(self.profile.mc_samples),
                *[a for t in teachers for a in ("--teacher", t)], *[a for o in options for a in ("--option", o)],
-               *self.profile.train_args(self.profile.student_epochs, seed))
+               *self.profile.train_args(self.profile.student_epochs, seed), *extra)
         metrics = ws.json("eval", full, "--data", "test")
         record = next(s for s in ws.json("students") if s["name"] == full)
         return {**metrics, "train_seconds": record["train"]["seconds"],

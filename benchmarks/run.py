@@ -1,7 +1,7 @@
 """Run a benchmark scenario: python benchmarks/run.py SCENARIO [--quick | --full] [--seeds 1,2,3].
 
 Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, feature-table,
-compression, feature-speed, speed, all.
+compression, feature-speed, speed, probe-speed (the probe's part of speed alone), all.
 Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `readme` copies the
 latest tables into README.md. Workspaces (teachers, probe caches, students) are
 kept in benchmarks/work/ so a rerun or another scenario reuses them.
@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DEFAULT_DATA, PROFILES, REPO, RESULTS, Bench  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
-from speed import speed  # noqa: E402
+from speed import probe_speed, speed  # noqa: E402
 
-ALL = {**SCENARIOS, "speed": speed}
+ALL = {**SCENARIOS, "speed": speed, "probe-speed": probe_speed}
 
 
 def update_readme() -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from common import REPO, Bench, Workspace, load_split, markdown, sample, write_results
+from common import HALF_A, HALF_B, REPO, WORK, Bench, Workspace, load_split, markdown, sample, write_results
 from scenarios import two_teacher_workspace
 
 KAMAL = [sys.executable, "-m", "kamalcli"]
@@ -72,29 +72,66 @@ def _mc_floor(folder: str, texts: list[str], max_length: int) -> dict:
     return {"eval_forward_s": statistics.median(times["eval"]), "train_mode_forward_s": statistics.median(times["mc"])}
 
 
-def speed(bench: Bench) -> None:
-    source = two_teacher_workspace(bench)
-    teachers = {t["name"]: t["path"] for t in source.json("teachers")}
-    train = load_split(bench.data_dir, "train")
+def _probe_throughput(bench: Bench, teachers: dict[str, str], train: list[dict]) -> tuple[dict, Workspace, list]:
+    """K = 1 against K = 16 (exact sequential and batched, and the default adaptive probe), same teacher and rows."""
     figures: dict = {}
     length = str(bench.profile.max_length)
-
-    # 1. probe throughput, K = 1 against K = 16 (sequential and batched), same teacher, same rows
     rows = sample(train, 256, "speed-probe")
     ws = _fresh(bench, "probe", {"half-a": teachers["half-a"]}, rows)
-    seconds = {}
-    for label, args in (("K=1", ["--mc-samples", "1"]), ("K=16 sequential", ["--mc-samples", "16", "--mc-mode", "sequential"]),
-                        ("K=16 batched", ["--mc-samples", "16", "--mc-mode", "batched", "--seed", "1"])):
+    seconds, passes = {}, {}
+    for label, args in (("K=1", ["--mc-samples", "1"]),
+                        ("K=16 exact sequential", ["--mc-samples", "16", "--mc-exact", "--mc-mode", "sequential"]),
+                        ("K=16 exact batched", ["--mc-samples", "16", "--mc-exact", "--mc-mode", "batched", "--seed", "1"]),
+                        ("K=16 default (adaptive)", ["--mc-samples", "16"])):
         bench.say(f"probe 256 rows, {label}")
         ws("probe", "--no-rmd", "--data", "rows", "--max-length", length, *args, quiet=True)
         probe = ws.json("report")["probes"][-1]
         seconds[label] = probe["seconds"]
+        passes[label] = probe.get("mc_passes_mean")
     figures["probe_examples_per_second"] = {k: 256 / v for k, v in seconds.items()}
-    figures["probe_k16_over_k1_time"] = seconds["K=16 sequential"] / seconds["K=1"]
-    figures["probe_batched_over_sequential_time"] = seconds["K=16 batched"] / seconds["K=16 sequential"]
+    figures["probe_k16_over_k1_time"] = seconds["K=16 exact sequential"] / seconds["K=1"]
+    figures["probe_default_k16_over_k1_time"] = seconds["K=16 default (adaptive)"] / seconds["K=1"]
+    figures["probe_default_mean_passes"] = passes["K=16 default (adaptive)"]
+    figures["probe_batched_over_sequential_time"] = seconds["K=16 exact batched"] / seconds["K=16 exact sequential"]
     figures["mc_floor"] = _mc_floor(teachers["half-a"], [r["text"] for r in rows[:32]], bench.profile.max_length)
     floor_rate = 32 / (16 * figures["mc_floor"]["train_mode_forward_s"] + figures["mc_floor"]["eval_forward_s"])
-    figures["probe_k16_over_floor_time"] = floor_rate / figures["probe_examples_per_second"]["K=16 sequential"]
+    figures["probe_k16_over_floor_time"] = floor_rate / figures["probe_examples_per_second"]["K=16 exact sequential"]
+    rate = figures["probe_examples_per_second"]
+    rows_md = [
+        ["probe, K = 1", f"{rate['K=1']:.1f} ex/s", ""],
+        ["probe, K = 16 exact (sequential)", f"{rate['K=16 exact sequential']:.1f} ex/s",
+         (f"{figures['probe_k16_over_k1_time']:.1f}x the time of K = 1; {figures['probe_k16_over_floor_time']:.2f}x the "
+          f"floor, 16 dropout-mode + 1 eval forwards timed alone ({1e3 * figures['mc_floor']['train_mode_forward_s']:.0f} + "
+          f"{1e3 * figures['mc_floor']['eval_forward_s']:.0f} ms per 32 rows)")],
+        ["probe, K = 16 exact (batched)", f"{rate['K=16 exact batched']:.1f} ex/s",
+         f"{figures['probe_batched_over_sequential_time']:.2f}x the time of sequential"],
+        ["probe, K = 16 default (adaptive)", f"{rate['K=16 default (adaptive)']:.1f} ex/s",
+         f"{figures['probe_default_k16_over_k1_time']:.1f}x the time of K = 1 (exact: {figures['probe_k16_over_k1_time']:.1f}x); "
+         f"{figures['probe_default_mean_passes']:.1f} dropout passes per row on average"],
+    ]
+    return figures, ws, rows_md
+
+
+def probe_speed(bench: Bench) -> None:
+    """The probe's figures alone: throughput of the exact and default probes, and the side-by-side comparison."""
+    source = bench.workspace("two-halves")  # its teachers only: the comparison has its own, smaller data
+    bench.teacher(source, "half-a", HALF_A)
+    bench.teacher(source, "half-b", HALF_B)
+    teachers = {t["name"]: t["path"] for t in source.json("teachers")}
+    figures, _, rows_md = _probe_throughput(bench, teachers, load_split(bench.data_dir, "train"))
+    side = probe_side_by_side(bench, source)
+    table = markdown(["what", "figure", "ratio / note"], rows_md) + "\n\n" + side.pop("table")
+    write_results(bench, {**figures, "default_vs_exact": side}, table)
+
+
+def speed(bench: Bench) -> None:
+    source = two_teacher_workspace(bench)
+    teachers = {t["name"]: t["path"] for t in source.json("teachers")}
+    train = load_split(bench.data_dir, "train")
+    length = str(bench.profile.max_length)
+
+    # 1. probe throughput
+    figures, ws, probe_rows = _probe_throughput(bench, teachers, train)
     hit_in_process = _timed(lambda: ws("probe", "--no-rmd", "--data", "rows", "--max-length", length, "--mc-samples", "1", quiet=True))
     hit_command = _timed(lambda: subprocess.run([*KAMAL, "--workspace", str(ws.root), "probe", "--no-rmd", "--data", "rows",
                                                  "--max-length", length, "--mc-samples", "1"], capture_output=True, check=True))
@@ -145,14 +182,12 @@ def speed(bench: Bench) -> None:
             print(done.stderr[-2000:], file=sys.stderr)
     figures["onnx"] = onnx
 
+    # 6. the default (adaptive) probe against the exact one: selection, calibration, muki-hard students
+    side = probe_side_by_side(bench, source)
+    figures["default_vs_exact"] = side
+
     rows_md = [
-        ["probe, K = 1", f"{figures['probe_examples_per_second']['K=1']:.1f} ex/s", ""],
-        ["probe, K = 16 sequential", f"{figures['probe_examples_per_second']['K=16 sequential']:.1f} ex/s",
-         (f"{figures['probe_k16_over_k1_time']:.1f}x the time of K = 1; {figures['probe_k16_over_floor_time']:.2f}x the "
-          f"floor, 16 dropout-mode + 1 eval forwards timed alone ({1e3 * figures['mc_floor']['train_mode_forward_s']:.0f} + "
-          f"{1e3 * figures['mc_floor']['eval_forward_s']:.0f} ms per 32 rows)")],
-        ["probe, K = 16 batched", f"{figures['probe_examples_per_second']['K=16 batched']:.1f} ex/s",
-         f"{figures['probe_batched_over_sequential_time']:.2f}x the time of sequential"],
+        *probe_rows,
         ["repeated probe (cache hit)", f"{hit_command:.2f} s whole command", f"{hit_in_process:.2f} s inside the process"],
         ["probe peak memory, 1,000 rows", f"{memory[1000][0]:.0f} MB", ""],
         ["probe peak memory, 5,000 rows", f"{memory[5000][0]:.0f} MB", f"{memory[5000][0] / memory[1000][0]:.2f}x the 1,000-row peak"],
@@ -165,4 +200,95 @@ def speed(bench: Bench) -> None:
         acc = "-" if r.get("accuracy") is None else f"{100 * r['accuracy']:.1f}% test accuracy"
         rows_md.append([engine, f"{r['latency_ms_b1_t32']:.1f} ms at 1x32; {r['throughput_seq_s_b32_t128']:.1f} seq/s at 32x128",
                         f"{r['latency_speedup']:.2f}x / {r['throughput_ratio']:.2f}x PyTorch; {r['size_bytes'] / 1e6:.0f} MB; {acc}"])
-    write_results(bench, figures, markdown(["what", "figure", "ratio / note"], rows_md))
+    table = markdown(["what", "figure", "ratio / note"], rows_md)
+    table += "\n\n" + side.pop("table")
+    write_results(bench, figures, table)
+
+
+SIDE_BY_SIDE_ROWS = {"transfer": 800, "test": 400}  # small enough to probe twice on a shared 2-core machine
+
+
+def _side_by_side_workspace(bench: Bench, source: Workspace) -> Workspace:
+    """The two-halves teachers (added as folders) over the first rows of the profile's transfer and test sets."""
+    root = WORK / f"{bench.profile.name}-probe-check"
+    ws = Workspace(root)
+    if (root / ".kamal").is_dir():
+        return ws
+    from kamalcli.cli import cli
+
+    cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
+    bench._configure(root)
+    (root / "data").mkdir(exist_ok=True)
+    for name, n in SIDE_BY_SIDE_ROWS.items():
+        split = "train" if name == "transfer" else "test"
+        lines = (source.root / "data" / f"{split}.jsonl").read_text().splitlines(keepends=True)[:n]
+        (root / "data" / f"{name}.jsonl").write_text("".join(lines))
+        ws("add-data", root / "data" / f"{name}.jsonl", "--name", name, *(["--role", "eval"] if name == "test" else []),
+           quiet=True)
+    for t in source.json("teachers"):
+        ws("add-teacher", t["path"], "--name", t["name"], quiet=True)
+    return ws
+
+
+def probe_side_by_side(bench: Bench, source: Workspace) -> dict:
+    """The default probe against the exact one on the two-halves teachers, same rows and K (the profile's).
+
+    Selection accuracy and AUROC per score on the test split, MC-dropout ECE and mean confidence per teacher,
+    and muki-hard students trained from each probe (one per seed).
+    """
+    from kamalcli.probe.runner import ProbeRequest
+
+    k, length = bench.profile.mc_samples, bench.profile.max_length
+    ws = _side_by_side_workspace(bench, source)
+    bench.probe(ws)
+    bench.probe(ws, "--mc-exact")
+    keys = {mode: ProbeRequest(mc_samples=k, max_length=length, mc_exact=mode == "exact").options_key
+            for mode in ("exact", "default")}
+    report = ws.json("report")
+    selection = {mode: {s["score"]: s for s in report["selection"] if s["data"] == "test" and s["options_key"] == key}
+                 for mode, key in keys.items()}
+    probes = {}
+    for p in report["probes"]:
+        if p["data"] == "test" and p["mc_samples"] == k and p["max_length"] == length:
+            probes[(p["teacher"], "default" if p.get("mc_estimator") == "adaptive" else "exact")] = p
+    # the exact probe's own sampling noise: the same probe of the test rows with other dropout masks
+    ws("probe", "--data", "test", "--mc-samples", str(k), "--max-length", str(length), "--mc-exact", "--seed", "1",
+       quiet=True)
+    other_key = ProbeRequest(mc_samples=k, max_length=length, seed=1, mc_exact=True).options_key
+    selection["exact, seed 1"] = {s["score"]: s for s in ws.json("report")["selection"]
+                                  if s["data"] == "test" and s["options_key"] == other_key}
+    students = {"exact": [], "default": []}
+    for seed in bench.seeds:
+        for mode, extra in (("exact", ("--mc-exact",)), ("default", ())):
+            result = bench.student(ws, f"probe-{mode}-muki-hard", "muki-hard", ["half-a", "half-b"], seed, extra=extra)
+            students[mode].append(result["accuracy"])
+    rows = []
+    for score in selection["exact"]:
+        e, d = selection["exact"][score], selection["default"].get(score, {})
+        auroc = lambda r: "-" if r.get("auroc") is None else f"{r['auroc']:.3f}"  # noqa: E731
+        o = selection["exact, seed 1"].get(score, e)
+        rows.append([f"selection by {score}", f"{100 * e['accuracy']:.1f} / {100 * d['accuracy']:.1f}",
+                     f"{100 * (d['accuracy'] - e['accuracy']):+.1f} points (exact with other masks: "
+                     f"{100 * (o['accuracy'] - e['accuracy']):+.1f}); AUROC {auroc(e)} / {auroc(d)} ({auroc(o)})"])
+    for teacher in ("half-a", "half-b"):
+        e, d = probes[(teacher, "exact")], probes[(teacher, "default")]
+        rows.append([f"{teacher} on test: MC ECE in / out", f"{e['mc_ece_in']:.3f} {e['mc_ece_out']:.3f} / "
+                     f"{d['mc_ece_in']:.3f} {d['mc_ece_out']:.3f}",
+                     f"mean MC confidence {1 - e['mean_mc_uhat']:.3f} / {1 - d['mean_mc_uhat']:.3f}; "
+                     f"{d.get('mc_passes_mean', 0):.1f} passes per row (default)"])
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    delta = mean(students["default"]) - mean(students["exact"])
+    rows.append([f"muki-hard student accuracy, seeds {','.join(map(str, bench.seeds))}",
+                 f"{100 * mean(students['exact']):.1f} / {100 * mean(students['default']):.1f}",
+                 f"{100 * delta:+.1f} points (per seed: "
+                 + ", ".join(f"{100 * (d - e):+.1f}" for e, d in zip(students["exact"], students["default"])) + ")"])
+    sizes = ", ".join(f"{n} {name} rows" for name, n in SIDE_BY_SIDE_ROWS.items())
+    table = (f"The default (adaptive) probe against the exact one (K = {k}, two-halves teachers, {sizes}):\n\n"
+             + markdown(["what", "exact / default", "difference"], rows))
+    return {"selection": selection, "students": students, "student_accuracy_delta": delta,
+            "selection_delta": {s: selection["default"][s]["accuracy"] - selection["exact"][s]["accuracy"]
+                                for s in selection["exact"] if s in selection["default"]},
+            "exact_other_masks_selection_delta": {
+                s: selection["exact, seed 1"][s]["accuracy"] - selection["exact"][s]["accuracy"]
+                for s in selection["exact"] if s in selection["exact, seed 1"]},
+            "table": table}

@@ -332,6 +332,7 @@ def resume(workspace, store, name: str, *, say=print):
     run, params = resumable_run(store, ("amalgamate", "extend"), name)
     if run is None:
         raise KamalError(f"no interrupted run named {name!r} with a checkpoint (see `kamal runs`)")
+    params.setdefault("probe", {}).setdefault("mc_exact", True)  # runs recorded before the adaptive probe used the exact one
     request = AmalgamateRequest(**params)
     say(f"Resuming {name} from run {run.id}'s checkpoint.")
     return amalgamate(workspace, store, request, say=say, resume_run=run)

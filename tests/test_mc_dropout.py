@@ -48,7 +48,9 @@ def test_passes_differ_with_dropout_and_match_without(model_and_batch):
 @pytest.mark.parametrize("mode", ["sequential", "batched"])
 def test_probe_arrays(model_and_batch, tmp_path, mode):
     model, encoded = model_and_batch
-    run_teacher(model, encoded, ProbeSettings(mc_samples=8, layers=(1, 2)), tmp_path, mode=mode, batch_size=3)
+    info = run_teacher(model, encoded, ProbeSettings(mc_samples=8, layers=(1, 2), mc_exact=True), tmp_path,
+                       mode=mode, batch_size=3)
+    assert info["mc_passes_mean"] == 8.0
     (tmp_path / "meta.json").write_text('{"layers": [1, 2]}')
     arrays = ProbeArrays.load(tmp_path)
     assert arrays.logits.shape == (4, 2) and arrays.mc_probs.shape == (4, 2)

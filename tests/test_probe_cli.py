@@ -116,3 +116,21 @@ def test_removing_a_teacher_or_dataset_removes_its_cached_probes(two_teachers, w
     two_teachers("remove-data", "test")
     assert _probe_count(ws)[0] == 1
     assert len(list((ws / ".kamal" / "artifacts" / "data").iterdir())) == 1
+
+
+def test_exact_and_adaptive_probes_are_cached_apart(two_teachers, ws):
+    from kamalcli.workspace import set_config_values
+
+    two_teachers("probe", "--mc-samples", "4", "--no-rmd", "--data", "test")
+    assert _probe_count(ws)[0] == 2
+    exact = two_teachers("probe", "--mc-samples", "4", "--no-rmd", "--data", "test", "--mc-exact")
+    assert "cached" not in exact.stdout and _probe_count(ws)[0] == 4  # the adaptive probe does not serve it
+    assert "all 2 probes were cached" in two_teachers("probe", "--mc-samples", "4", "--no-rmd", "--data", "test").stdout
+    set_config_values(ws / "kamal.toml", {("probe", "mc_exact"): "true"})
+    assert "all 2 probes were cached" in two_teachers("probe", "--mc-samples", "4", "--no-rmd", "--data", "test").stdout
+    assert _probe_count(ws)[0] == 4
+    report = two_teachers.json("report")
+    assert sorted(p["mc_estimator"] for p in report["probes"]) == ["adaptive", "adaptive", "exact", "exact"]
+    for p in report["probes"]:
+        assert p["mc_passes_mean"] == 4.0 if p["mc_estimator"] == "exact" else 2.0 <= p["mc_passes_mean"] <= 4.0
+    assert len({s["options_key"] for s in report["selection"]}) == 2  # one selection table per estimator

@@ -41,9 +41,15 @@ def train_settings(app: App, epochs, batch_size, lr, max_length, seed, checkpoin
     }
 
 
-def probe_settings(app: App, mc_samples: int | None = None) -> dict:
+def mc_exact_option(f):
+    return click.option("--mc-exact/--mc-adaptive", default=None,
+                        help="Confidences from the exact probe (K full passes) or the adaptive default one.")(f)
+
+
+def probe_settings(app: App, mc_samples: int | None = None, mc_exact: bool | None = None) -> dict:
     return {
         "mc_samples": app.setting("probe", "mc_samples", mc_samples, 16),
+        "mc_exact": bool(app.setting("probe", "mc_exact", mc_exact, False)),
         "dropout": app.setting("probe", "dropout"),
         "max_length": app.setting("probe", "max_length", default=128),
         "layers": "default",

@@ -20,11 +20,14 @@ from kamalcli.cli.render import emit_json, json_option, note, pct, table
 @click.option("--max-length", type=int, help="Tokens per text (default 128).")
 @click.option("--device", help="cpu, cuda or auto.")
 @click.option("--mc-mode", type=click.Choice(["auto", "sequential", "batched"]), default="auto", show_default=True,
-              help="K passes one after another (fast on CPU) or one K-times batch (fast on GPU).")
+              help="With --mc-exact: K passes one after another (fast on CPU) or one K-times batch (fast on GPU).")
+@click.option("--mc-exact/--mc-adaptive", default=None,
+              help="K full fp32 passes of every row (the paper's probe), or the default: each row until its "
+                   "confidence converges, at most K, dropout passes in int8 on a CPU.")
 @click.option("--seed", type=int, help="Seed for the dropout masks (default: the workspace seed).")
 @pass_app
 def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit, rmd_layers, batch_size,
-          max_length, device, mc_mode, seed) -> None:
+          max_length, device, mc_mode, mc_exact, seed) -> None:
     """Measure every teacher on every dataset once: MC-dropout uncertainty, ECE, RMD, selection."""
     from kamalcli.probe.service import ProbeRequest, probe_workspace
 
@@ -34,6 +37,7 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
         max_length=app.setting("probe", "max_length", max_length, 128),
         layers=rmd_layers or "default",
         seed=app.setting("workspace", "seed", seed, 0),
+        mc_exact=bool(app.setting("probe", "mc_exact", mc_exact, False)),
     )
     use_rmd = app.setting("probe", "rmd", rmd, True)
     batch = app.setting("probe", "batch_size", batch_size, 32)
@@ -106,9 +110,9 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
     if not probe_rows:
         click.echo("No probes yet: run `kamal probe`.")
         return
-    table("Teachers on each dataset (c = 1 - normalised entropy; MC = Monte-Carlo dropout)",
+    table("Teachers on each dataset (c = 1 - normalised entropy; MC = Monte-Carlo dropout; K = its passes per row)",
           ["teacher", "data", "K", "mean c", "mean c MC", "acc in %", "ECE in", "ECE in MC", "ECE out", "ECE out MC", "RMD fit"],
-          [(r["teacher"], r["data"], r["mc_samples"],
+          [(r["teacher"], r["data"], _k(r),
             _c(r.get("mean_uhat")), _c(r.get("mean_mc_uhat")), pct(r.get("accuracy_in")),
             _f(r.get("ece_in")), _f(r.get("mc_ece_in")), _f(r.get("ece_out")), _f(r.get("mc_ece_out")),
             _rmd(r["rmd"])) for r in probe_rows])
@@ -142,6 +146,13 @@ def _html_report(app: App, path: str, as_json: bool) -> None:
     click.echo(f"Wrote {written['path']} ({written['bytes'] / 1024:.0f} KB: {written['teachers']} teachers, "
                f"{written['probes']} probes on labelled data, {written['students']} students); "
                "open it in any browser, offline.")
+
+
+def _k(row) -> str:
+    """K, or for the adaptive probe the mean passes a row took out of at most K."""
+    if row.get("mc_estimator") == "adaptive":
+        return f"{row['mc_passes_mean']:.1f} of {row['mc_samples']}"
+    return str(row["mc_samples"])
 
 
 def _c(uhat):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.options import probe_settings, reprobe_option, train_options, train_settings
+from kamalcli.cli.options import mc_exact_option, probe_settings, reprobe_option, train_options, train_settings
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 from kamalcli.errors import KamalError
 
@@ -40,16 +40,19 @@ def methods(as_json: bool) -> None:
 @click.option("--rmd-fit", metavar="NAME", help="Labelled data to fit the teachers' RMD on (with --option score=rmd).")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
 @reprobe_option
+@mc_exact_option
 @train_options
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by,
-               mc_samples, rmd_fit, resume, reprobe, epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
+               mc_samples, rmd_fit, resume, reprobe, mc_exact, epochs, batch_size, lr, max_length, seed, checkpoint_every,
+               device) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli import amalgamate as service
 
     if resume:
         given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base),
-                                ("--option", options), ("--mc-samples", mc_samples)) if v]
+                                ("--option", options), ("--mc-samples", mc_samples),
+                                ("--mc-exact/--mc-adaptive", mc_exact is not None)) if v]
         if given:
             raise KamalError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
         with app.writer() as store:
@@ -64,7 +67,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
-        probe=probe_settings(app, mc_samples), device=app.device(device), reprobe=reprobe,
+        probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
     with app.writer() as store:
         student = service.amalgamate(app.workspace, store, request, say=note)
@@ -82,10 +85,11 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
 @click.option("--mc-samples", type=int, help="MC-dropout passes K for the teachers' confidences (default 16).")
 @click.option("--refine", is_flag=True, help="Allow teachers that add no new label (retrain on what they know).")
 @reprobe_option
+@mc_exact_option
 @train_options
 @pass_app
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
-           reprobe, epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
+           reprobe, mc_exact, epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
     """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
     from kamalcli import amalgamate as service
     from kamalcli.extend import extend as run_extend
@@ -94,7 +98,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
         method=method or "", options=list(options), name=name, data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
-        probe=probe_settings(app, mc_samples), device=app.device(device), reprobe=reprobe,
+        probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
     with app.writer() as store:
         student = run_extend(app.workspace, store, base, student_name=student_name,

@@ -19,9 +19,20 @@ class ProbeSettings:
     layers: tuple[int, ...] = ()   # hidden-state indices to pool for RMD (0 = embeddings)
     seed: int = 0
     feature_dtype: str = "float32"  # float16 for the features feature-level methods read per batch
+    mc_exact: bool = False         # K full fp32 passes of every row (the paper's estimator)
+    mc_tolerance: float = 0.03     # adaptive: a row stops once its confidence is this close (probe/adaptive.py)
+    mc_min_passes: int = 4         # adaptive: passes every row takes before it may stop
+
+    @property
+    def adaptive(self) -> bool:
+        return self.mc_samples > 1 and not self.mc_exact
 
     def cache_fields(self) -> dict:
-        """What changes the numbers (batch size, device and pass mode do not)."""
+        """What changes the numbers (batch size, device and pass mode do not).
+
+        The exact probe's fields are those of probes made before the adaptive
+        one existed, so their caches stay valid; K = 1 samples nothing either way.
+        """
         fields = {
             "mc_samples": self.mc_samples,
             "dropout": self.dropout,
@@ -31,13 +42,22 @@ class ProbeSettings:
         }
         if self.feature_dtype != "float32":  # older probes' keys stay valid
             fields["feature_dtype"] = self.feature_dtype
+        if self.adaptive:
+            fields["mc_adaptive"] = self.adaptive_fields()
         return fields
+
+    def adaptive_fields(self) -> dict:
+        return {"tolerance": self.mc_tolerance, "min_passes": self.mc_min_passes}
 
     def validate(self) -> None:
         if self.mc_samples < 1:
             raise KamalError(f"--mc-samples must be at least 1 (got {self.mc_samples})")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise KamalError(f"--dropout must be in [0, 1) (got {self.dropout})")
+        if not 0.0 <= self.mc_tolerance < 1.0:
+            raise KamalError(f"the MC tolerance must be in [0, 1) (got {self.mc_tolerance})")
+        if self.mc_min_passes < 2:
+            raise KamalError(f"the adaptive probe needs at least 2 passes per row (got {self.mc_min_passes})")
         if self.max_length < 2:
             raise KamalError(f"--max-length must be at least 2 (got {self.max_length})")
 

@@ -46,21 +46,34 @@ def _choose(store, teacher, dataset, wanted: ProbeSettings, need_rmd: bool, max_
     if not usable:
         return wanted  # nothing cached (or its files are gone): probe with the settings asked for
     exact = [p for p in usable if _without_layers(p.options) == _without_layers(wanted.cache_fields())]
-    same_k = [p for p in usable if p.options.get("mc_samples") == wanted.mc_samples]
+    same_k = [p for p in usable if p.options.get("mc_samples") == wanted.mc_samples
+              and _estimator(p.options) == _estimator(wanted.cache_fields())]
     candidates = exact or sorted(same_k, key=lambda p: (p.options.get("max_length") == max_length, p.id))[-1:]
     if not candidates:
         listed = "; ".join(sorted({_describe(p.options) for p in usable}))
         raise KamalError(
-            f"teacher {teacher.name}'s cached probes on {dataset.name} ({listed}) have no K={wanted.mc_samples}: "
-            f"pass --mc-samples to use one, or --reprobe to probe again with {_describe(wanted.cache_fields())}"
+            f"teacher {teacher.name}'s cached probes on {dataset.name} ({listed}) have no "
+            f"K={wanted.mc_samples}{', exact' if wanted.mc_exact else ''}: pass --mc-samples (and --mc-exact or "
+            f"--mc-adaptive) to use one, or --reprobe to probe again with {_describe(wanted.cache_fields())}"
         )
     probe = candidates[0]
     say(f"Using cached probe {probe.id} of {teacher.name} on {dataset.name} ({_describe(probe.options)}).")
     options = probe.options
+    adaptive = options.get("mc_adaptive") or {}
     return ProbeSettings(mc_samples=options["mc_samples"], dropout=options.get("dropout"),
                          max_length=options["max_length"], seed=options.get("seed", 0),
                          layers=wanted.layers if need_rmd else tuple(options.get("layers", ())),
-                         feature_dtype=options.get("feature_dtype", "float32"))
+                         feature_dtype=options.get("feature_dtype", "float32"),
+                         mc_exact=_estimator(options) == "exact",
+                         mc_tolerance=adaptive.get("tolerance", wanted.mc_tolerance),
+                         mc_min_passes=adaptive.get("min_passes", wanted.mc_min_passes))
+
+
+def _estimator(options: dict) -> str:
+    """How a probe's MC confidences were estimated: K = 1 samples nothing, else adaptive or exact."""
+    if options.get("mc_samples", 1) == 1:
+        return "plain"
+    return "adaptive" if "mc_adaptive" in options else "exact"
 
 
 def _without_layers(options: dict) -> dict:
@@ -69,4 +82,5 @@ def _without_layers(options: dict) -> dict:
 
 def _describe(options: dict) -> str:
     dropout = "" if options.get("dropout") is None else f", dropout {options['dropout']}"
-    return f"K={options.get('mc_samples')}, max length {options.get('max_length')}{dropout}"
+    estimator = {"exact": ", exact", "adaptive": ", adaptive", "plain": ""}[_estimator(options)]
+    return f"K={options.get('mc_samples')}{estimator}, max length {options.get('max_length')}{dropout}"

@@ -48,11 +48,16 @@ class ProbeRequest:
     max_length: int = 128
     layers: str = "default"  # "default", "all" or "3,6"
     seed: int = 0
+    mc_exact: bool = False
 
     @property
     def options_key(self) -> str:
-        return _digest({"mc": self.mc_samples, "p": self.dropout, "len": self.max_length,
-                        "layers": self.layers, "seed": self.seed})[:16]
+        fields = {"mc": self.mc_samples, "p": self.dropout, "len": self.max_length, "layers": self.layers,
+                  "seed": self.seed}
+        adaptive = ProbeSettings(self.mc_samples, mc_exact=self.mc_exact)
+        if adaptive.adaptive:  # exact keys stay those of probes made before the adaptive probe
+            fields["adaptive"] = adaptive.adaptive_fields()
+        return _digest(fields)[:16]
 
     def settings_for(self, teacher) -> ProbeSettings:
         depth = teacher.num_layers or 1
@@ -70,13 +75,14 @@ class ProbeRequest:
             bad = [x for x in layers if not 0 <= x <= depth]
             if bad:
                 raise KamalError(f"--rmd-layers: teacher {teacher.name} has layers 0..{depth} (got {bad})")
-        settings = ProbeSettings(self.mc_samples, self.dropout, self.max_length, layers, self.seed)
+        settings = ProbeSettings(self.mc_samples, self.dropout, self.max_length, layers, self.seed,
+                                 mc_exact=self.mc_exact)
         settings.validate()
         return settings
 
     def as_json(self) -> dict:
         return {"mc_samples": self.mc_samples, "dropout": self.dropout, "max_length": self.max_length,
-                "layers": self.layers, "seed": self.seed}
+                "layers": self.layers, "seed": self.seed, "mc_exact": self.mc_exact}
 
 
 def probe_key(teacher, dataset, settings: ProbeSettings) -> str:
@@ -183,21 +189,23 @@ class Runner:
         staging = self.workspace.tmp_dir()
         started = time.perf_counter()
         try:
-            label = f"probe {teacher.name} on {dataset.name} (K={settings.mc_samples})"
+            how = "adaptive, at most " if settings.adaptive else ""
+            label = f"probe {teacher.name} on {dataset.name} (K={how}{settings.mc_samples})"
             with progress_bar(len(texts), label) as bar:
-                run_teacher(model, encoded, settings, staging, device=self.device,
-                            batch_size=self.batch_size, mode=mode, advance=bar.advance)
+                passes = run_teacher(model, encoded, settings, staging, device=self.device,
+                                     batch_size=self.batch_size, mode=mode, advance=bar.advance)
             seconds = time.perf_counter() - started
             write_json_atomic(staging / "meta.json", {
                 "teacher": teacher.name, "fingerprint": teacher.fingerprint, "dataset": dataset.name,
                 "content_hash": dataset.content_hash, "settings": settings.cache_fields(),
                 "layers": list(settings.layers), "labels": list(teacher.labels), "rows": len(texts),
-                "mode": mode, "device": self.device, "batch_size": self.batch_size, "seconds": seconds,
+                "mode": mode, "device": self.device, "batch_size": self.batch_size, "seconds": seconds, **passes,
             })
             arrays = ProbeArrays.load(staging)
             rows = row_scores(arrays)
             summary = summarize(rows, teacher.labels, labels)
             summary["examples_per_second"] = len(texts) / max(seconds, 1e-9)
+            summary.update(passes)
             final = self.workspace.artifact_dir("probes") / key[:32]
             del arrays
             publish_dir(staging, final)
