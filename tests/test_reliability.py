@@ -239,7 +239,7 @@ def test_item08_amalgamate_uses_the_cached_probe_with_the_same_k(two_teachers, a
     args = ["--method", "muki-hard", "--student", assets["encoder"], "--epochs", "1", "--max-length", "24"]
     result = k("amalgamate", *args, "--mc-samples", "2", "--name", "a")
     assert "Probing" not in result.stderr
-    assert "Using cached probe" in result.stderr and "K=2, max length 24" in result.stderr
+    assert "Using cached probe" in result.stderr and "K=2, adaptive, max length 24" in result.stderr
     assert len(k.json("report")["probes"]) == probes
     assert "--reprobe" in one_line_error(k("amalgamate", *args, "--mc-samples", "3", "--name", "b", code=2))
     result = k("amalgamate", *args, "--mc-samples", "3", "--name", "b", "--reprobe")
