@@ -289,6 +289,11 @@ def compression(bench: Bench) -> None:
         ("mt-bert, gold labels, co-finetuned teachers (the paper)", "mt-bert", ("labels=true", "co_finetune=true"),
          names, "transfer-labelled"),
         ("mt-bert, label-free (kamal)", "mt-bert", (), names, "transfer"),
+        # how much of mt-bert's result is its hidden-state term (weight 1 in the paper)
+        ("mt-bert, gold labels, hidden_weight=0.1", "mt-bert", ("labels=true", "hidden_weight=0.1"), names,
+         "transfer-labelled"),
+        ("mt-bert, gold labels, hidden_weight=0 (weighted distillation + CE only)", "mt-bert",
+         ("labels=true", "hidden_weight=0"), names, "transfer-labelled"),
     ]
     rows, payload = [], {}
     for label, method, options, chosen, data in methods:
