@@ -271,8 +271,11 @@ def test_item10_onnxruntime_writes_nothing_under_home(student_ws, tmp_path):
     ) % (str(tmp_path / "export"), str(student_ws.workspace))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
+    # onnxruntime writes its telemetry database on some runs only (a clean CI run wrote none), so what
+    # is checked is that nothing lands under HOME; where one was written, it is in kamal's cache.
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
-    assert list((tmp_path / "cache").rglob("onnxruntime.db"))  # it went to kamal's cache instead
+    written = list(tmp_path.rglob("onnxruntime.db"))
+    assert all((tmp_path / "cache") in p.parents for p in written), written
 
 
 # -- lesser -------------------------------------------------------------------------
