@@ -321,3 +321,53 @@ def test_mt_bert_with_gold_labels_and_co_finetuning(same_labels, assets, monkeyp
     for cut in ("cut1", "cut2"):
         b = load_file(str(Path(students[cut]["path"]) / "model.safetensors"))
         assert all(torch.equal(a[k], b[k]) for k in a), cut
+
+
+def test_an_auxiliary_gets_its_own_lr_and_a_hook_after_every_step(tmp_path):
+    """The loop's contract with an Auxiliary, on a model small enough to follow by hand."""
+    from types import SimpleNamespace
+
+    from kamalcli.batching import Encoded
+    from kamalcli.train.auxiliary import Auxiliary
+    from kamalcli.train.loop import TrainConfig, make_optimizer, train
+    from kamalcli.train.objective import Objective
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, input_ids, attention_mask, output_hidden_states=False, **_):
+            h = self.embed(input_ids)
+            return SimpleNamespace(logits=self.head(h.mean(1)), hidden_states=(h, h) if output_hidden_states else None)
+
+    class Probe(Auxiliary):
+        student_layers = (1,)
+        lr = 0.5
+
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Linear(4, 4)
+            self.steps, self.shapes = [], []
+
+        def forward(self, view, batch):
+            self.shapes.append(tuple(view.hidden_states[1].shape))
+            return (self.scale(view.hidden_states[1]) ** 2).mean(dim=(1, 2))
+
+        def after_step(self, step, view, batch):
+            self.steps.append(step)
+
+    aux = Probe()
+    config = TrainConfig(epochs=2, batch_size=4, lr=0.01, max_length=8)
+    groups = make_optimizer(Model(), aux, config).param_groups
+    assert sorted({g["lr"] for g in groups}) == [0.01, 0.5]
+    encoded = Encoded([np.array([1, 2, 3]) for _ in range(10)], 0, False)
+    objective = Objective({"y": np.zeros(10, dtype=np.int64)},
+                          lambda logits, batch: torch.nn.functional.cross_entropy(logits, batch["y"], reduction="none"),
+                          auxiliary=aux)
+    before = aux.scale.weight.detach().clone()
+    train(Model(), encoded, objective, config, tmp_path / "run")
+    assert aux.steps == [1, 2, 3, 4, 5, 6]  # ceil(10 / 4) = 3 steps an epoch, 2 epochs
+    assert aux.shapes[0] == (4, 3, 4) and aux.shapes[2] == (2, 3, 4)
+    assert not torch.equal(before, aux.scale.weight.detach())
