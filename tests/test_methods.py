@@ -1,4 +1,4 @@
-"""Every method's targets and losses, checked against the formulas in METHODS.md."""
+"""Every method's targets and losses, checked against the formulas in docs/methods.md."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""`kamal --help` must start without the heavy libraries (DESIGN.md: engineering rules)."""
+"""`kamal --help` must start without the heavy libraries (torch and transformers load inside the commands that need them)."""
 
 import json
 import subprocess
