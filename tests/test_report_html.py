@@ -133,7 +133,7 @@ def test_histogram_and_ticks():
 
 def test_reliability_bins_give_kamals_ece():
     from kamalcli.probe.calibration import ece
-    from kamalcli.report.gather import reliability_bins
+    from kamalcli.probe.calibration import reliability_bins
 
     confidence = [0.95, 0.9, 0.55, 0.6, 0.3]
     correct = [1, 0, 1, 1, 0]

@@ -83,11 +83,13 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
     if html_path:
         _html_report(app, html_path, as_json)
         return
+    from kamalcli.probe.service import SUGGESTABLE_SCORES, selection_groups, selection_rows
+
     with app.reader() as store:
         teachers = {t.id: t for t in store.teachers()}
         datasets = {d.id: d for d in store.datasets()}
         probes = store.probes()
-        selections = store.selections()
+        selections = selection_rows(store)
     probe_rows = []
     for p in probes:
         s = p.summary
@@ -98,14 +100,8 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
             **{k: v for k, v in s.items() if k != "rmd"},
             "rmd": s.get("rmd"),
         })
-    selection_rows = [
-        {"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
-         "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
-         "options_key": r["options_key"]}
-        for r in selections
-    ]
     if as_json:
-        emit_json({"probes": probe_rows, "selection": selection_rows})
+        emit_json({"probes": probe_rows, "selection": selections})
         return
     if not probe_rows:
         click.echo("No probes yet: run `kamal probe`.")
@@ -116,17 +112,13 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
             _c(r.get("mean_uhat")), _c(r.get("mean_mc_uhat")), pct(r.get("accuracy_in")),
             _f(r.get("ece_in")), _f(r.get("mc_ece_in")), _f(r.get("ece_out")), _f(r.get("mc_ece_out")),
             _rmd(r["rmd"])) for r in probe_rows])
-    by_data: dict[tuple, dict] = {}
-    for r in selection_rows:
-        by_data.setdefault((r["data"], tuple(r["teachers"]), r["options_key"]), {})[r["score"]] = r
-    for (data, names, _), result in by_data.items():
-        _selection_table(f"{data} ({', '.join(names)})", result)
-        real = {k: v for k, v in result.items() if k != "oracle" and v["accuracy"] is not None}
-        if real:
-            best = max(real, key=lambda k: real[k]["accuracy"])
-            click.echo(f"On {data}, {best} selects the right teacher most often ({pct(real[best]['accuracy'])}%).")
-            if best in ("entropy", "max-prob", "rmd"):
-                click.echo(f"  MUKI methods can select with it: kamal amalgamate --method muki-hard --option score={best}")
+    for data, names, rows, best in selection_groups(selections):
+        _selection_table(f"{data} ({', '.join(names)})", {r["score"]: r for r in rows})
+        if best:
+            score = best["score"]
+            click.echo(f"On {data}, {score} selects the right teacher most often ({pct(best['accuracy'])}%).")
+            if score in SUGGESTABLE_SCORES:
+                click.echo(f"  MUKI methods can select with it: kamal amalgamate --method muki-hard --option score={score}")
 
 
 def _html_report(app: App, path: str, as_json: bool) -> None:

@@ -75,14 +75,14 @@ def export_hf(workspace, store, student, *, out: str | None, force: bool) -> HfE
 
 
 def _export_into(staging: Path, folder: Path, student, texts: list[str], fields: dict) -> HfExport:
-    from kamalcli.export.card import render_card
+    from kamalcli.export.card import labels_table, render_card
 
     for item in sorted(folder.iterdir()):
         if item.is_file() and item.name not in LEFT_OUT:
             shutil.copy2(item, staging / item.name)
     check = pipeline_check(staging, student, texts)
     fields = {**fields, "kamal_version": __version__, "num_labels": len(student.labels),
-              "labels_table": _labels_table(student.labels), "check_rows": check["rows"],
+              "labels_table": labels_table(list(student.labels)), "check_rows": check["rows"],
               "check_max_abs": f"{check['max_abs_diff']:.2e}", "check_argmax": f"{check['argmax_agreement']:.4f}"}
     write_text_atomic(staging / "README.md", render_card(fields, kind="hf"))
     files = sorted(p.name for p in staging.iterdir()) + [MARKER]
@@ -92,12 +92,6 @@ def _export_into(staging: Path, folder: Path, student, texts: list[str], fields:
     })
     size = sum(p.stat().st_size for p in staging.iterdir())
     return HfExport(path=staging, files=files, size_bytes=size, check=check)
-
-
-def _labels_table(labels) -> str:
-    from kamalcli.export.card import labels_table
-
-    return labels_table(list(labels))
 
 
 def pipeline_check(folder: Path, student, texts: list[str]) -> dict:

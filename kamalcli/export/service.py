@@ -36,7 +36,7 @@ def card_fields(store, student) -> dict:
         ["teacher", "labels", "weights sha256"],
         [(t["name"], ", ".join(_teacher_labels(store, t)) or "-", t["fingerprint"][:16]) for t in student.teachers],
     )
-    latest = latest_evaluations(store, student)
+    latest = store.latest_evaluations(student.id)
     metrics = markdown_table(
         ["data", "rows", "accuracy", "macro-F1"],
         [(d, m["rows"], f"{100 * m['accuracy']:.1f}%", f"{100 * m['macro_f1']:.1f}%") for d, m in latest.items()],
@@ -68,28 +68,15 @@ def _base_for_people(base: str) -> str:
     return base
 
 
-def latest_evaluations(store, student) -> dict[str, dict]:
-    """Dataset name -> the metrics of the student's newest evaluation on it."""
-    return {e["data"]: e["metrics"] for e in store.evaluations(student.id)}
-
-
-# Named bases (kamal models) and the Hub models they are.
-NAMED_BASE_HUB_IDS = {
-    "minilm-l6": "sentence-transformers/all-MiniLM-L6-v2",
-    "minilm-l3": "sentence-transformers/paraphrase-MiniLM-L3-v2",
-}
-
-
 def hub_metadata(store, student, latest: dict[str, dict], transfer: str | None) -> dict:
     """What the Hub reads from a card: base_model, license (when the base declares one), datasets, model-index."""
-    from kamalcli.assets import _HUB_ID
+    from kamalcli.assets import hub_id_of
 
     root = student  # an extended student's base is its first ancestor's
     while root.parent and (parent := store.find_student(root.parent)) is not None and parent.id != root.id:
         root = parent
     meta: dict = {}
-    base = _kamal_json(Path(root.path)).get("base")
-    hub_id = NAMED_BASE_HUB_IDS.get(base) or (base if base and _HUB_ID.match(base) and not Path(base).exists() else None)
+    hub_id = hub_id_of(_kamal_json(Path(root.path)).get("base"))
     if hub_id:
         meta["base_model"] = hub_id
     license_id = declared_license(Path(root.base))

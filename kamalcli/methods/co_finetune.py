@@ -40,13 +40,18 @@ class AttentivePooling(nn.Module):
 
 
 class CoFinetunedTeachers(nn.Module):
-    """The teachers' encoders with one shared pooling and head; logits (B, N, |Y|)."""
+    """The teachers' encoders with one shared pooling and head.
+
+    Its logits are (B, N * |Y|), teacher after teacher, and config.num_labels says so: the shape the
+    training loop and predict_logits read.
+    """
 
     def __init__(self, encoders: list[nn.Module], hidden: int, num_labels: int):
         super().__init__()
         self.encoders = nn.ModuleList(encoders)
         self.pool = AttentivePooling(hidden)
         self.head = nn.Linear(hidden, num_labels)
+        self.config = SimpleNamespace(num_labels=len(encoders) * num_labels)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None, output_hidden_states=False):
         logits = []
@@ -54,11 +59,11 @@ class CoFinetunedTeachers(nn.Module):
             kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
             states = encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
             logits.append(self.head(self.pool(states, attention_mask)))
-        return SimpleNamespace(logits=torch.stack(logits, dim=1))
+        return SimpleNamespace(logits=torch.cat(logits, dim=1), hidden_states=None)
 
 
 def _loss(teachers: int):
-    def loss(logits, batch):  # logits flattened to (B, N * |Y|) for the loop
+    def loss(logits, batch):  # (B, N * |Y|)
         per_teacher = logits.view(logits.shape[0], teachers, -1)
         return sum(cross_entropy(per_teacher[:, i], batch["gold"]) for i in range(teachers))
 
@@ -82,25 +87,12 @@ def co_finetune(context: FeatureContext, options, gold: np.ndarray):
     encoders = [load_classifier(t.path).base_model for t in sources.teachers]
     torch.manual_seed(context.seed)
     model = CoFinetunedTeachers(encoders, shapes[0].hidden, len(context.outputs.space))
-    model.config = SimpleNamespace(num_labels=len(shapes) * len(context.outputs.space))  # for predict_logits
     lr = options.co_finetune_lr or PAPER_LR_RATIO * context.phases.config.lr
     objective = Objective({"gold": gold.astype(np.int64)}, _loss(len(shapes)))
-    if context.phases.run("co-finetune", _Flat(model), encoding, objective, lr=lr, epochs=options.co_finetune_epochs):
+    if context.phases.run("co-finetune", model, encoding, objective, lr=lr, epochs=options.co_finetune_epochs):
         context.say(f"Co-finetuned {len(shapes)} teachers with a shared pooling and head (lr {lr:g}).")
-    logits = predict_logits(_Flat(model), encoding, device=context.phases.config.device)
+    logits = predict_logits(model, encoding, device=context.phases.config.device)
     logits = logits.reshape(len(logits), len(shapes), -1)
     outputs = replace(context.outputs, logits=tuple(logits[:, i].copy() for i in range(len(shapes))))
     return outputs, [m.eval() for m in model.encoders]
 
-
-class _Flat(nn.Module):
-    """The loop and predict_logits read (B, K) logits and model.config.num_labels: flatten (B, N, K)."""
-
-    def __init__(self, inner: CoFinetunedTeachers):
-        super().__init__()
-        self.inner = inner
-        self.config = inner.config
-
-    def forward(self, **batch):
-        out = self.inner(**{k: v for k, v in batch.items() if k != "output_hidden_states"})
-        return SimpleNamespace(logits=out.logits.flatten(1), hidden_states=None)

@@ -30,19 +30,26 @@ def normalised_uncertainty(probs: np.ndarray) -> np.ndarray:
     return entropy(probs) / np.log(k)
 
 
-def ece(confidence: np.ndarray, correct: np.ndarray, bins: int = 15) -> float | None:
-    """sum_b |B_b|/n * |acc(B_b) - conf(B_b)| over equal-width bins (lo, hi]."""
+def reliability_bins(confidence, correct, bins: int = 15):
+    """Per equal-width bin (lo, hi]: mean confidence, accuracy (None when empty) and row count."""
     confidence = np.asarray(confidence, dtype=np.float64)
     correct = np.asarray(correct, dtype=np.float64)
-    n = confidence.size
-    if n == 0:
-        return None
     edges = np.linspace(0.0, 1.0, bins + 1)
     which = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
-    total = 0.0
+    conf, acc, counts = [], [], []
     for b in range(bins):
         members = which == b
-        count = members.sum()
-        if count:
-            total += count / n * abs(correct[members].mean() - confidence[members].mean())
-    return float(total)
+        n = int(members.sum())
+        counts.append(n)
+        conf.append(float(confidence[members].mean()) if n else None)
+        acc.append(float(correct[members].mean()) if n else None)
+    return conf, acc, counts
+
+
+def ece(confidence: np.ndarray, correct: np.ndarray, bins: int = 15) -> float | None:
+    """sum_b |B_b|/n * |acc(B_b) - conf(B_b)| over equal-width bins (lo, hi]."""
+    n = np.asarray(confidence).size
+    if n == 0:
+        return None
+    conf, acc, counts = reliability_bins(confidence, correct, bins)
+    return float(sum(k / n * abs(a - c) for c, a, k in zip(conf, acc, counts) if k))

@@ -118,11 +118,16 @@ class Runner:
     def cached(self, teacher, dataset, settings: ProbeSettings, need_layers: bool = True) -> bool:
         return any((Path(p.path) / "meta.json").is_file() for p in self._compatible(teacher, dataset, settings, need_layers))
 
+    def _finished(self, teacher, dataset) -> list:
+        """The pair's cached probes whose files are all there."""
+        return [p for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id)
+                if (Path(p.path) / "meta.json").is_file()]
+
     def logits_cached(self, teacher, dataset, max_length: int, *, any_length: bool = False):
         """A cached probe of the pair at this max length (or, with any_length, at any length, this one
         preferred): every probe holds the deterministic logits. None if there is none."""
-        found = [p for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id)
-                 if (Path(p.path) / "meta.json").is_file() and (any_length or p.options.get("max_length") == max_length)]
+        found = [p for p in self._finished(teacher, dataset)
+                 if any_length or p.options.get("max_length") == max_length]
         found.sort(key=lambda p: (p.options.get("max_length") != max_length, p.id))
         return found[0] if found else None
 
@@ -138,9 +143,8 @@ class Runner:
     def feature_probe(self, teacher, dataset, max_length: int, layers: tuple[int, ...]):
         """A probe of the pair with pooled features of these layers (any K: features come from the
         deterministic pass); else one deterministic pass storing them in float16. Returns (probe, computed)."""
-        for p in self.store.probes(teacher_id=teacher.id, dataset_id=dataset.id):
-            if (p.options.get("max_length") == max_length and set(layers) <= set(p.options.get("layers", []))
-                    and (Path(p.path) / "meta.json").is_file()):
+        for p in self._finished(teacher, dataset):
+            if p.options.get("max_length") == max_length and set(layers) <= set(p.options.get("layers", [])):
                 return p, False
         settings = ProbeSettings(mc_samples=1, dropout=None, max_length=max_length, layers=tuple(sorted(set(layers))),
                                  seed=0, feature_dtype="float16")

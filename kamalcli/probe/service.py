@@ -7,7 +7,33 @@ from dataclasses import replace
 from kamalcli.errors import KamalError
 from kamalcli.probe.runner import ProbeRequest, Runner
 
-__all__ = ["ProbeRequest", "Runner", "probe_workspace"]
+__all__ = ["ProbeRequest", "Runner", "probe_workspace", "selection_groups", "selection_rows"]
+
+# Scores MUKI's `score` option takes besides its own mc-dropout (what a report may suggest)
+SUGGESTABLE_SCORES = ("entropy", "max-prob", "rmd")
+
+
+def selection_rows(store) -> list[dict]:
+    """The stored selection figures with the keys `kamal report --json` and the HTML report show."""
+    return [
+        {"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
+         "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
+         "options_key": r["options_key"]}
+        for r in store.selections()
+    ]
+
+
+def selection_groups(rows: list[dict]) -> list[tuple[str, tuple[str, ...], list[dict], dict | None]]:
+    """Selection rows per (dataset, teachers, probe settings): (dataset, teachers, rows, the row of the
+    score that selects the right teacher most often, oracle aside; None without one)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["data"], tuple(r["teachers"]), r["options_key"]), []).append(r)
+    out = []
+    for (data, names, _), members in groups.items():
+        real = [r for r in members if r["score"] != "oracle" and r["accuracy"] is not None]
+        out.append((data, names, members, max(real, key=lambda r: r["accuracy"]) if real else None))
+    return out
 
 
 def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=(), dataset_names=(),

@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from kamalcli.labels import label_indices
-from kamalcli.probe.calibration import ece
+from kamalcli.probe.calibration import ece, reliability_bins
 from kamalcli.probe.figures import SCORES
 from kamalcli.probe.selection import auroc
 
-RELIABILITY_BINS = 15  # as kamal's ECE
 
 
 @dataclass
@@ -70,22 +69,6 @@ class Report:
     baselines: list[dict] = field(default_factory=list)
 
 
-def reliability_bins(confidence, correct, bins: int = RELIABILITY_BINS):
-    """Per equal-width bin (lo, hi]: mean confidence, accuracy and row count (kamal's ECE bins)."""
-    confidence = np.asarray(confidence, dtype=np.float64)
-    correct = np.asarray(correct, dtype=np.float64)
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    which = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
-    conf, acc, counts = [], [], []
-    for b in range(bins):
-        members = which == b
-        n = int(members.sum())
-        counts.append(n)
-        conf.append(float(confidence[members].mean()) if n else None)
-        acc.append(float(correct[members].mean()) if n else None)
-    return conf, acc, counts
-
-
 def _shown_probes(probes) -> dict[tuple[int, int], object]:
     """One probe per (teacher, dataset): the most MC-dropout passes, then the newest.
 
@@ -124,6 +107,7 @@ def teacher_on_data(teacher, dataset, probe, rows: dict, gold: list[str]) -> Tea
 
 def gather(workspace, store) -> Report:
     from kamalcli.data import load_dataset_rows
+    from kamalcli.probe.service import selection_rows
 
     teachers = {t.id: t for t in store.teachers()}
     datasets = {d.id: d for d in store.datasets()}
@@ -144,14 +128,9 @@ def gather(workspace, store) -> Report:
             gold_of[dataset_id] = load_dataset_rows(dataset)[1]
         report.probes.append(teacher_on_data(teachers[teacher_id], dataset, probe, store.probe_rows(probe.id),
                                              gold_of[dataset_id]))
-    report.selection = [
-        {"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
-         "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
-         "options_key": r["options_key"]}
-        for r in store.selections()
-    ]
+    report.selection = selection_rows(store)
     for s in store.students():
-        latest = {e["data"]: e["metrics"] for e in store.evaluations(s.id)}
+        latest = store.latest_evaluations(s.id)
         report.students.append(StudentView(
             name=s.name, method=s.method, options=s.options, parent=s.parent,
             teachers=[t["name"] for t in s.teachers], labels=list(s.labels), select_by=s.select_by,

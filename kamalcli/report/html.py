@@ -92,20 +92,17 @@ def calibration_section(report: Report) -> str:
 def selection_section(report: Report) -> str:
     if not report.selection:
         return _missing("No selection measured yet: `kamal probe` with a labelled dataset and two teachers or more.")
-    groups: dict[tuple, list[dict]] = {}
-    for r in report.selection:
-        groups.setdefault((r["data"], tuple(r["teachers"]), r["options_key"]), []).append(r)
+    from kamalcli.probe.service import SUGGESTABLE_SCORES, selection_groups
+
     out = []
-    for (data, names, _), rows in groups.items():
-        real = [r for r in rows if r["score"] != "oracle" and r["accuracy"] is not None]
-        best = max(real, key=lambda r: r["accuracy"]) if real else None
+    for data, names, rows, best in selection_groups(report.selection):
         out.append(f"<h3>{escape(data)} ({escape(', '.join(names))})</h3>")
         out.append(_table(["score", "selects the right teacher %", "AUROC right vs wrong", "hard target right %", "rows"],
                           [(r["score"], _pct(r["accuracy"]), _f3(r["auroc"]), _pct(r["target_accuracy"]), r["rows"])
                            for r in rows], best_row=rows.index(best) if best else None))
         if best:
             hint = ""
-            if best["score"] in ("entropy", "max-prob", "rmd"):
+            if best["score"] in SUGGESTABLE_SCORES:
                 hint = f" MUKI methods select with it: <code>--option score={escape(best['score'])}</code>."
             out.append(f'<p class="note">{escape(best["score"])} selects the right teacher most often '
                        f'({_pct(best["accuracy"])}%).{hint}</p>')
