@@ -1,0 +1,189 @@
+"""Several processes (torchrun, gloo on CPU): real 2-process jobs on tiny models, compared with one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import tiny
+from conftest import Kamal
+
+TRAIN = ["--epochs", "2", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
+
+
+def kamal_process(workspace: Path, *args, **popen) -> subprocess.Popen:
+    """`python -m kamalcli` in a process of its own (torchrun's launcher needs a real one)."""
+    argv = [sys.executable, "-m", "kamalcli", "--workspace", str(workspace), *map(str, args)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def kamal_run(workspace: Path, *args, code: int = 0) -> subprocess.CompletedProcess:
+    proc = kamal_process(workspace, *args)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == code, f"kamal {' '.join(map(str, args))} exited {proc.returncode}:\n{out}\n{err}"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def probe_folders(kamal: Kamal) -> dict[tuple[str, str], Path]:
+    """(teacher, dataset) -> the folder of its probe arrays."""
+    conn = sqlite3.connect(kamal.workspace / ".kamal" / "kamal.db")
+    try:
+        rows = conn.execute("SELECT t.name, d.name, p.path FROM probes p JOIN teachers t ON t.id = p.teacher_id "
+                            "JOIN datasets d ON d.id = p.dataset_id").fetchall()
+    finally:
+        conn.close()
+    return {(t, d): kamal.workspace / path for t, d, path in rows}
+
+
+@pytest.fixture
+def twin(tmp_path, assets):
+    """Two identical workspaces (random tiny teachers, transfer and labelled data): one process vs two."""
+    out = []
+    for name in ("one", "two"):
+        ws = tmp_path / name
+        Kamal(None)("init", ws)
+        k = Kamal(ws)
+        k("add-teacher", assets["teacher_a"], "--name", "a")
+        k("add-teacher", assets["teacher_b"], "--name", "b")
+        k("add-data", assets["pool"], "--name", "pool")
+        k("add-data", assets["test"], "--name", "test", "--role", "eval")
+        out.append(k)
+    return out
+
+
+def test_probe_on_two_processes_is_bit_for_bit_the_one_process_probe(twin):
+    one, two = twin
+    settings = ["--mc-samples", "1", "--batch-size", "4", "--max-length", "32"]
+    one("probe", *settings)
+    kamal_run(two.workspace, "probe", *settings, "--nproc", "2")
+    a, b = probe_folders(one), probe_folders(two)
+    assert a.keys() == b.keys() and len(a) == 4
+    for pair in a:
+        names = sorted(p.name for p in a[pair].glob("*.npy"))
+        assert names == sorted(p.name for p in b[pair].glob("*.npy")) and "features-L2.npy" in names
+        for name in names:
+            assert np.array_equal(np.load(a[pair] / name), np.load(b[pair] / name)), (pair, name)
+        meta = json.loads((b[pair] / "meta.json").read_text())
+        assert meta["processes"] == 2 and meta["rank_seeds"] == [0, 1]
+        assert not list(b[pair].glob("shard-*"))
+    # the per-row scores and the selection figures registered by rank 0 are the same too
+    rows = lambda k: {(r["teacher"], r["data"]): r["mean_uhat"] for r in k.json("report")["probes"]}  # noqa: E731
+    assert rows(one) == rows(two)
+    assert one.json("report")["selection"] == two.json("report")["selection"]
+    assert [r["status"] for r in two.json("runs")] == ["done"]
+
+
+@pytest.mark.slow
+def test_mc_dropout_on_two_processes_draws_from_the_same_distribution(twin):
+    one, two = twin
+    settings = ["--mc-samples", "8", "--mc-exact", "--batch-size", "4", "--max-length", "32", "--no-rmd",
+                "--data", "pool"]
+    one("probe", *settings)
+    kamal_run(two.workspace, "probe", *settings, "--nproc", "2")
+    for pair, folder in probe_folders(one).items():
+        other = probe_folders(two)[pair]
+        assert np.array_equal(np.load(folder / "logits.npy"), np.load(other / "logits.npy"))
+        mc_one, mc_two = np.load(folder / "mc_probs.npy"), np.load(other / "mc_probs.npy")
+        # rank 0's first group of batches (8 batches of 4 rows) draws the single process's masks: same numbers
+        assert (mc_one == mc_two).all(axis=1).sum() >= 32
+        assert not np.array_equal(mc_one, mc_two)  # rank 1 drew its own masks...
+        assert abs(mc_one.max(axis=1).mean() - mc_two.max(axis=1).mean()) < 0.01  # ...from the same distribution
+
+
+@pytest.fixture(scope="module")
+def still_encoder(tmp_path_factory) -> Path:
+    """A student base without dropout: one process and two must then train to the same weights."""
+    from transformers import BertModel
+
+    folder = tmp_path_factory.mktemp("still") / "encoder"
+    torch.manual_seed(6)
+    BertModel(tiny.tiny_config(2, 0.0, 2)).save_pretrained(str(folder), safe_serialization=True)
+    tiny.make_tokenizer(folder)
+    return folder
+
+
+def test_amalgamate_on_two_processes_matches_one(two_teachers, still_encoder):
+    args = ["--method", "muki-hard", "--student", still_encoder, *TRAIN, "--mc-samples", "1"]
+    two_teachers("amalgamate", *args, "--name", "single")
+    result = kamal_run(two_teachers.workspace, "amalgamate", *args, "--name", "double", "--nproc", "2")
+    assert "Trained student double" in result.stdout
+    students = {s["name"]: s for s in two_teachers.json("students")}
+    a = load_file(str(Path(students["single"]["path"]) / "model.safetensors"))
+    b = load_file(str(Path(students["double"]["path"]) / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:  # the same gradient, summed in another order: equal up to rounding
+        assert torch.allclose(a[key], b[key], atol=2e-4), key
+    accuracy = {n: two_teachers.json("eval", n, "--data", "test")["accuracy"] for n in ("single", "double")}
+    assert abs(accuracy["single"] - accuracy["double"]) <= 0.025
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "double"] == ["done"]
+    assert not list((two_teachers.workspace / ".kamal" / "artifacts" / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_train_teacher_on_two_processes(kamal, assets, still_encoder):
+    kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
+    args = ["train", "--labels", "world,sports", "--base", still_encoder, "--epochs", "2", "--lr", "3e-3",
+            "--batch-size", "16", "--max-length", "32"]
+    kamal("train-teacher", *args, "--name", "t1")
+    kamal_run(kamal.workspace, "train-teacher", *args, "--name", "t2", "--nproc", "2")
+    teachers = {t["name"]: t for t in kamal.json("teachers")}
+    a = load_file(str(Path(teachers["t1"]["path"]) / "model.safetensors"))
+    b = load_file(str(Path(teachers["t2"]["path"]) / "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=2e-4) for k in a)
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_two_processes_then_resume_on_one(two_teachers, assets):
+    args = ["--method", "vanilla-kd", "--student", assets["encoder"], "--epochs", "40", "--lr", "2e-3",
+            "--batch-size", "16", "--max-length", "32", "--checkpoint-every", "5", "--name", "cut"]
+    proc = kamal_process(two_teachers.workspace, "amalgamate", *args, "--nproc", "2", start_new_session=True)
+    runs = two_teachers.workspace / ".kamal" / "artifacts" / "runs"
+    deadline = time.time() + 240
+    while not list(runs.glob("run-*/checkpoint/trainer.pt")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "kamal amalgamate --resume cut" in err
+    run = [r for r in two_teachers.json("runs") if r["name"] == "cut"]
+    assert [r["status"] for r in run] == ["interrupted"]
+    trainer = torch.load(next(runs.glob("run-*/checkpoint/trainer.pt")), weights_only=True)
+    assert len(trainer["rank_rng"]) == 2 and 0 < trainer["step"] < 40 * 29
+    two_teachers("amalgamate", "--resume", "cut")  # on one process now
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "cut"] == ["interrupted", "done"]
+    assert "cut" in {s["name"] for s in two_teachers.json("students")}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nproc", "0"], "--nproc must be at least 1 (got 0)"),
+    (["--nproc", "2", "--backend", "nccl", "--device", "cpu"], "--backend nccl needs CUDA GPUs"),
+    (["--backend", "nccl", "--device", "cpu"], "--backend nccl needs CUDA GPUs"),
+])
+def test_bad_distributed_input_is_one_line_and_exit_2(two_teachers, args, message):
+    before = two_teachers.db_snapshot()
+    result = two_teachers("amalgamate", "--method", "vanilla-kd", *args, code=2)
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert two_teachers.db_snapshot() == before
+    result = two_teachers("probe", *args, code=2)
+    assert message in result.stderr
+
+
+def test_under_torchrun_only_the_distributed_commands_run(two_teachers, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    result = two_teachers("add-data", __file__, "--name", "x", code=2)
+    assert "runs in one process; under torchrun only probe, amalgamate, extend and train-teacher run" in result.stderr
+    result = two_teachers("amalgamate", "--method", "uhc", "--nproc", "2", code=2)
+    assert "under torchrun leave it out" in result.stderr
