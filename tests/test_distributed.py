@@ -187,3 +187,39 @@ def test_under_torchrun_only_the_distributed_commands_run(two_teachers, monkeypa
     assert "runs in one process; under torchrun only probe, amalgamate, extend and train-teacher run" in result.stderr
     result = two_teachers("amalgamate", "--method", "uhc", "--nproc", "2", code=2)
     assert "under torchrun leave it out" in result.stderr
+
+
+def _rank_pids(launcher: int) -> dict[int, int]:
+    """rank -> pid of the processes torchrun started under this launcher."""
+    found = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            if int(fields["PPid"]) != launcher:
+                continue
+            environ = (status.parent / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, KeyError):
+            continue
+        for item in environ:
+            if item.startswith(b"RANK="):
+                found[int(item[5:])] = int(status.parent.name)
+    return found
+
+
+@pytest.mark.slow
+def test_a_lost_rank_marks_the_run_interrupted_and_it_resumes_on_two(two_teachers, assets):
+    args = ["--method", "vanilla-kd", "--student", assets["encoder"], "--epochs", "40", "--lr", "2e-3",
+            "--batch-size", "16", "--max-length", "32", "--checkpoint-every", "5", "--name", "lost"]
+    proc = kamal_process(two_teachers.workspace, "amalgamate", *args, "--nproc", "2", start_new_session=True)
+    runs = two_teachers.workspace / ".kamal" / "artifacts" / "runs"
+    deadline = time.time() + 240
+    while not list(runs.glob("run-*/checkpoint/trainer.pt")):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.2)
+    os.kill(_rank_pids(proc.pid)[1], signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    run = [r for r in two_teachers.json("runs") if r["name"] == "lost"]
+    assert [r["status"] for r in run] == ["interrupted"], err
+    kamal_run(two_teachers.workspace, "amalgamate", "--resume", "lost", "--nproc", "2")
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "lost"] == ["interrupted", "done"]
