@@ -207,6 +207,7 @@ class Runner:
                     shard = ProbeShard(str(folder), dataset, settings, str(staging), kind, self.batch_size, mode)
                     world.dispatch(shard)
                     passes = shard.run(world, model, encoded, advance=bar.advance)
+                    bar.advance(len(texts) - bar.done)  # the other ranks' rows
                 else:
                     passes = run_teacher(model, encoded, settings, staging, device=self.device,
                                          batch_size=self.batch_size, mode=mode, advance=bar.advance)
