@@ -85,7 +85,7 @@ def main() -> None:
     header = (f"{args.rows} transfer rows, {args.test_rows} test rows, minilm-l3, max length 64, "
               f"{os.cpu_count()} CPUs shared with other work (load {os.getloadavg()[0]:.1f} at the end); "
               f"{args.repeats} round(s), the two taking turns")
-    print(f"\n{header}\n\n{table}")
+    print(f"\n{header}\n")
     write_results(bench, {"results": {str(k): v for k, v in results.items()}, "header": header}, f"<!-- {header} -->\n{table}")
     print(json.dumps(results))
 

@@ -17,11 +17,12 @@ changing at the same moment.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Protocol
 
-from kamalcli.errors import KamalError, first_line
+from kamalcli.errors import KamalError, KamalFailure, first_line
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -32,7 +33,7 @@ class RankLost(KeyboardInterrupt):
     reason = "a process of the job was lost"
 
 
-class RankFailed(KamalError):
+class RankFailed(KamalFailure):
     """A job step failed on some rank; every rank raises this, so all stay in step."""
 
 
@@ -123,14 +124,23 @@ class World:
 SINGLE = World()
 
 
+_PEER_GONE = re.compile(r"gloo|nccl|connection|peer|socket|broken pipe|timed out", re.IGNORECASE)
+
+
 class lost_rank_guard:
-    """Turns the error a collective raises when a peer is gone into RankLost."""
+    """Turns the error a collective raises when a peer is gone into RankLost (not, say, an out-of-memory)."""
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb):
-        if kind is not None and issubclass(kind, RuntimeError):
+        if kind is None or not issubclass(kind, RuntimeError):
+            return False
+        import torch
+
+        if isinstance(error, torch.OutOfMemoryError):
+            return False
+        if isinstance(error, torch.distributed.DistError) or _PEER_GONE.search(str(error)):
             raise RankLost(first_line(error)) from error
         return False
 
@@ -191,6 +201,15 @@ def stop_workers(world: World) -> None:
         world.broadcast(None)
     except RankLost:
         pass  # they are gone already
+    leave()
+
+
+def leave() -> None:
+    """Leave the process group (every rank, at the end of its command)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def launch(nproc: int, argv: list[str]) -> int:

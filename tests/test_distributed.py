@@ -131,6 +131,28 @@ def test_amalgamate_on_two_processes_matches_one(two_teachers, still_encoder):
 
 
 @pytest.mark.slow
+def test_extend_and_a_feature_level_method_on_two_processes(kamal, assets, trained, still_encoder):
+    """extend (a grown student, a probe of the old student) and dfa (an Auxiliary with parameters of its own,
+    all-reduced with the student's) match one process."""
+    kamal("add-teacher", trained["news"], "--name", "news")
+    kamal("add-teacher", trained["money"], "--name", "money")
+    kamal("add-data", assets["pool6"], "--name", "pool")
+    kamal("add-data", assets["test6"], "--name", "test", "--role", "eval")
+    kamal("amalgamate", "--method", "dfa", "--name", "dfa-1", "--student", still_encoder, *TRAIN)
+    kamal_run(kamal.workspace, "amalgamate", "--method", "dfa", "--name", "dfa-2", "--student", still_encoder,
+              *TRAIN, "--nproc", "2")
+    kamal("add-teacher", trained["life"], "--name", "life")
+    kamal("extend", "dfa-1", "--teacher", "life", "--name", "grown-1", *TRAIN)
+    kamal_run(kamal.workspace, "extend", "dfa-1", "--teacher", "life", "--name", "grown-2", *TRAIN, "--nproc", "2")
+    students = {s["name"]: s for s in kamal.json("students")}
+    for one, two in (("dfa-1", "dfa-2"), ("grown-1", "grown-2")):
+        a = load_file(str(Path(students[one]["path"]) / "model.safetensors"))
+        b = load_file(str(Path(students[two]["path"]) / "model.safetensors"))
+        assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=2e-4) for k in a), (one, two)
+    assert students["grown-2"]["labels"] == students["grown-1"]["labels"]
+
+
+@pytest.mark.slow
 def test_train_teacher_on_two_processes(kamal, assets, still_encoder):
     kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
     args = ["train", "--labels", "world,sports", "--base", still_encoder, "--epochs", "2", "--lr", "3e-3",
@@ -143,16 +165,22 @@ def test_train_teacher_on_two_processes(kamal, assets, still_encoder):
     assert all(torch.allclose(a[k], b[k], atol=2e-4) for k in a)
 
 
-@pytest.mark.slow
-def test_ctrl_c_on_two_processes_then_resume_on_one(two_teachers, assets):
+def long_training_with_a_checkpoint(kamal: Kamal, assets, name: str) -> tuple[subprocess.Popen, Path]:
+    """`kamal amalgamate --nproc 2` started (40 epochs), once its first checkpoint is on disk: (process, runs dir)."""
     args = ["--method", "vanilla-kd", "--student", assets["encoder"], "--epochs", "40", "--lr", "2e-3",
-            "--batch-size", "16", "--max-length", "32", "--checkpoint-every", "5", "--name", "cut"]
-    proc = kamal_process(two_teachers.workspace, "amalgamate", *args, "--nproc", "2", start_new_session=True)
-    runs = two_teachers.workspace / ".kamal" / "artifacts" / "runs"
+            "--batch-size", "16", "--max-length", "32", "--checkpoint-every", "5", "--name", name]
+    proc = kamal_process(kamal.workspace, "amalgamate", *args, "--nproc", "2", start_new_session=True)
+    runs = kamal.workspace / ".kamal" / "artifacts" / "runs"
     deadline = time.time() + 240
     while not list(runs.glob("run-*/checkpoint/trainer.pt")):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.2)
+    return proc, runs
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_two_processes_then_resume_on_one(two_teachers, assets):
+    proc, runs = long_training_with_a_checkpoint(two_teachers, assets, "cut")
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -208,18 +236,12 @@ def _rank_pids(launcher: int) -> dict[int, int]:
 
 @pytest.mark.slow
 def test_a_lost_rank_marks_the_run_interrupted_and_it_resumes_on_two(two_teachers, assets):
-    args = ["--method", "vanilla-kd", "--student", assets["encoder"], "--epochs", "40", "--lr", "2e-3",
-            "--batch-size", "16", "--max-length", "32", "--checkpoint-every", "5", "--name", "lost"]
-    proc = kamal_process(two_teachers.workspace, "amalgamate", *args, "--nproc", "2", start_new_session=True)
-    runs = two_teachers.workspace / ".kamal" / "artifacts" / "runs"
-    deadline = time.time() + 240
-    while not list(runs.glob("run-*/checkpoint/trainer.pt")):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.2)
+    proc, runs = long_training_with_a_checkpoint(two_teachers, assets, "lost")
     os.kill(_rank_pids(proc.pid)[1], signal.SIGKILL)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode != 0
     run = [r for r in two_teachers.json("runs") if r["name"] == "lost"]
     assert [r["status"] for r in run] == ["interrupted"], err
+    assert run[0]["error"] == "interrupted because a process of the job was lost", run[0]["error"]
     kamal_run(two_teachers.workspace, "amalgamate", "--resume", "lost", "--nproc", "2")
     assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "lost"] == ["interrupted", "done"]

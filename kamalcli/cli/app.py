@@ -9,7 +9,6 @@ from typing import Iterator
 import click
 
 from kamalcli.errors import KamalError
-
 from kamalcli.workspace import Workspace, find_workspace
 
 
@@ -61,7 +60,6 @@ class App:
             finally:
                 store.close()
 
-
     @contextlib.contextmanager
     def job(self, device: str, backend: str | None) -> Iterator["Store"]:  # noqa: F821
         """writer() for a command that may run on several processes (torchrun).
@@ -74,7 +72,8 @@ class App:
         from kamalcli.runtime import resolve_device
 
         world = distributed.current()
-        backend = distributed.resolve_backend(backend, resolve_device(device) if world.size > 1 else "cpu")
+        if world.size > 1 or backend not in (None, "auto"):
+            backend = distributed.resolve_backend(backend, resolve_device(device))
         if world.size < 2:
             with self.writer() as store:
                 yield store
@@ -82,10 +81,10 @@ class App:
         world.start(backend)
         if not world.main:
             refused = world.broadcast(None)
-            if refused is not None:
-                raise distributed.WorkerDone(refused)
-            distributed.serve(world)
-            raise distributed.WorkerDone(0)
+            if refused is None:
+                distributed.serve(world)
+            distributed.leave()
+            raise distributed.WorkerDone(refused or 0)
         with contextlib.ExitStack() as stack:
             try:
                 store = stack.enter_context(self.writer())
