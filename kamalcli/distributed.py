@@ -227,7 +227,7 @@ def launch(nproc: int, argv: list[str]) -> int:
 
     # torchrun sets 1 thread per process (and warns) unless told; share this machine's cores instead
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # each rank says its own error
     args = get_args_parser().parse_args(
         ["--standalone", f"--nproc-per-node={nproc}", "--module", "kamalcli", *argv])
     try:

@@ -245,3 +245,13 @@ def test_a_lost_rank_marks_the_run_interrupted_and_it_resumes_on_two(two_teacher
     assert run[0]["error"] == "interrupted because a process of the job was lost", run[0]["error"]
     kamal_run(two_teachers.workspace, "amalgamate", "--resume", "lost", "--nproc", "2")
     assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "lost"] == ["interrupted", "done"]
+
+
+def test_a_busy_workspace_stops_every_rank_with_one_line(two_teachers):
+    from kamalcli.workspace import Workspace
+
+    with Workspace(two_teachers.workspace).write_lock():  # another kamal command is writing
+        result = kamal_run(two_teachers.workspace, "probe", "--nproc", "2", code=2)
+    assert result.stderr.strip().splitlines() == [
+        f"Error: the workspace is busy: another kamal command (pid {os.getpid()}) is writing to it; "
+        "wait for it to finish"]
