@@ -115,9 +115,10 @@ def still_encoder(tmp_path_factory) -> Path:
 
 def test_amalgamate_on_two_processes_matches_one(two_teachers, still_encoder):
     args = ["--method", "muki-hard", "--student", still_encoder, *TRAIN, "--mc-samples", "1"]
-    two_teachers("amalgamate", *args, "--name", "single")
     result = kamal_run(two_teachers.workspace, "amalgamate", *args, "--name", "double", "--nproc", "2")
     assert "Trained student double" in result.stdout
+    assert "Probing news on pool first" in result.stderr  # sharded across both processes, then trained
+    two_teachers("amalgamate", *args, "--name", "single")  # reads the probes the two processes made
     students = {s["name"]: s for s in two_teachers.json("students")}
     a = load_file(str(Path(students["single"]["path"]) / "model.safetensors"))
     b = load_file(str(Path(students["double"]["path"]) / "model.safetensors"))
