@@ -160,24 +160,162 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     return student
 
 
+@dataclass
+class _Problem:
+    """What training needs; every process of a torchrun job builds the same one."""
+
+    model: object
+    tokenizer: object
+    base_folder: object
+    outputs: object
+    probes: list
+    encoded: object
+    objective: object
+    selector: object
+    train_rows: np.ndarray
+    held_out: np.ndarray
+
+
 def _train_student(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
                    workdir, run, say, resume):
-    from kamalcli.batching import encode
-    from kamalcli.data import load_dataset_rows
+    from kamalcli import distributed
     from kamalcli.fsutil import publish_dir
     from kamalcli.loss_history import LossHistory
     from kamalcli.modeling import save_classifier
-    from kamalcli.probe.runner import Runner
     from kamalcli.runtime import resolve_device
-    from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss, holdout_split
     from kamalcli.train import checkpoint
     from kamalcli.train.loop import train
 
-    device = resolve_device(request.device)
-    train_config = replace(train_config, device=device)
-    # 1. teachers' outputs on the transfer rows, from the probe cache
-    runner = Runner(workspace, store, device=device, batch_size=max(train_config.batch_size, 32),
-                    run_id=run.id, options_key=probe_request.options_key)
+    train_config = replace(train_config, device=resolve_device(request.device))
+    problem = _problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                       workdir, run.id, say)
+    model, objective, train_rows, held_out, outputs = (problem.model, problem.objective, problem.train_rows,
+                                                       problem.held_out, problem.outputs)
+    resume = resume and checkpoint.exists(workdir)
+    world = distributed.current()
+    if world.distributed:
+        world.dispatch(TrainOnRank(str(workspace.root), request, probe_request, train_config, str(workdir), resume))
+
+    # 3. the one training loop
+    losses = LossHistory(workdir)
+    try:
+        result = train(model, problem.encoded, objective, train_config, workdir, rows=train_rows,
+                       selector=problem.selector, resume=resume, on_loss=losses.record,
+                       description=f"{method.name} -> {request.name}", world=world)
+    finally:
+        losses.close()
+
+    if objective.auxiliary is not None:
+        objective.info.update(objective.auxiliary.report())
+        teacher_seconds = objective.info.get("teacher_seconds")
+        if teacher_seconds is not None and result.seconds > 0:
+            say(f"Teachers in the loop took {teacher_seconds:.0f} s of {result.seconds:.0f} s training "
+                f"({100 * teacher_seconds / result.seconds:.0f}%).")
+
+    # 4. the student folder, then its record (a row points only at finished files)
+    train_record = {
+        "config": train_config.as_json(), "steps": result.steps, "seconds": result.seconds,
+        "examples_per_second": result.examples_per_second, "best_step": result.best_step,
+        "best_metric": result.best_metric, "selected_by": result.selected_by or "last step",
+        "history": result.history, "train_rows": int(len(train_rows)), "held_out_rows": int(len(held_out)),
+        "objective": objective.info,
+    }
+    meta = {
+        "name": request.name, "method": method.name, "options": asdict(options), "labels": list(outputs.space.names),
+        "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
+        "base": request.student, "parent": request.parent, "transfer_data": dataset.name,
+        "transfer_hash": dataset.content_hash, "select_by": request.select_by, "seed": train_config.seed,
+    }
+    staging = workspace.tmp_dir() / "student"
+    save_classifier(model, problem.tokenizer, staging, extra=meta)
+    final = workspace.artifact_dir("students") / request.name
+    publish_dir(staging, final)
+    parent = store.find_student(request.parent) if request.parent else None
+    return store.add_student(
+        teachers=list(zip(teachers, [p.id for p in problem.probes])),
+        name=request.name, method=method.name, options=asdict(options), base=str(problem.base_folder), path=str(final),
+        labels=list(outputs.space.names), parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
+        select_by=request.select_by, seed=train_config.seed, train=train_record, metrics={}, run_id=run.id,
+        losses=losses.steps(),
+    )
+
+
+@dataclass(frozen=True)
+class TrainOnRank:
+    """A non-zero rank's part of amalgamate / extend (kamalcli/distributed.py): rebuild the same problem
+    from the cache rank 0 has just filled (reading only), then train beside rank 0."""
+
+    root: str
+    request: AmalgamateRequest
+    probe_request: ProbeRequest
+    train_config: object
+    workdir: str
+    resume: bool
+
+    def run(self, world) -> None:
+        from kamalcli.runtime import resolve_device
+        from kamalcli.store import Store
+        from kamalcli.train.loop import train
+        from kamalcli.workspace import Workspace
+
+        workspace = Workspace(Path(self.root))
+        store = Store.open(workspace)
+        try:
+            method, options, teachers, dataset, _ = plan(store, self.request)
+            config = replace(self.train_config, device=resolve_device(self.request.device))
+            problem = _problem(workspace, store, self.request, method, options, teachers, dataset,
+                               self.probe_request, config, Path(self.workdir), None, say=lambda *a, **k: None,
+                               read_only=True)
+            train(problem.model, problem.encoded, problem.objective, config, Path(self.workdir),
+                  rows=problem.train_rows, resume=self.resume, world=world)
+        finally:
+            store.close()
+
+
+def _problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config, workdir,
+             run_id, say, read_only: bool = False) -> _Problem:
+    """1. the teachers' outputs (probed first if missing), 2. the student, its objective and model selection."""
+    from kamalcli.batching import encode
+    from kamalcli.data import load_dataset_rows
+    from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss, holdout_split
+
+    device = train_config.device
+    outputs, probes, runner = _teacher_outputs(workspace, store, request, method, options, teachers, dataset,
+                                               probe_request, train_config, run_id, say, read_only)
+
+    # 2. the student, over the union label space (an extended student keeps its old label ids)
+    model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
+    texts, gold = load_dataset_rows(dataset)
+    encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
+    if method.level == "feature":
+        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
+                                   train_config, device, workdir, say)
+        objective = method.build(context, options)
+    else:
+        objective = method.build(outputs, options)
+    if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
+        train_rows, held_out = holdout_split(len(texts), train_config.seed)
+    else:
+        train_rows, held_out = np.arange(len(texts)), np.arange(0)
+    selector = None
+    if request.select_by == "transfer-loss" and len(held_out):
+        selector = HeldOutLoss(objective, encoded, held_out, device)
+    elif request.select_by.startswith("eval:"):
+        eval_set = store.dataset(request.select_by.split(":", 1)[1])
+        eval_texts, gold = load_dataset_rows(eval_set)
+        selector = EvalAccuracy(eval_set.name, encode(tokenizer, eval_texts, train_config.max_length, config=model.config),
+                                label_indices(gold, outputs.space.names), device)
+        say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
+    return _Problem(model, tokenizer, base_folder, outputs, probes, encoded, objective, selector, train_rows, held_out)
+
+
+def _teacher_outputs(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                     run_id, say, read_only):
+    """1. teachers' outputs on the transfer rows, from the probe cache."""
+    from kamalcli.probe.runner import Runner
+
+    runner = Runner(workspace, store, device=train_config.device, batch_size=max(train_config.batch_size, 32),
+                    run_id=run_id, options_key=probe_request.options_key, read_only=read_only)
     need_rmd = options_need_rmd(options)
     settings = {t.id: probe_request.settings_for(t) for t in teachers}
     probes = []
@@ -209,73 +347,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
                     say(f"RMD for {teacher.name} is fitted on rows it is itself confident on (circular); "
                         "--rmd-fit NAME gives it labelled data.")
     outputs = teacher_outputs(store, teachers, probes)
-
-    # 2. the student, over the union label space (an extended student keeps its old label ids)
-    model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
-    texts, gold = load_dataset_rows(dataset)
-    encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
-    if method.level == "feature":
-        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
-                                   train_config, device, workdir, say)
-        objective = method.build(context, options)
-    else:
-        objective = method.build(outputs, options)
-    if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
-        train_rows, held_out = holdout_split(len(texts), train_config.seed)
-    else:
-        train_rows, held_out = np.arange(len(texts)), np.arange(0)
-    selector = None
-    if request.select_by == "transfer-loss" and len(held_out):
-        selector = HeldOutLoss(objective, encoded, held_out, device)
-    elif request.select_by.startswith("eval:"):
-        eval_set = store.dataset(request.select_by.split(":", 1)[1])
-        eval_texts, gold = load_dataset_rows(eval_set)
-        selector = EvalAccuracy(eval_set.name, encode(tokenizer, eval_texts, train_config.max_length, config=model.config),
-                                label_indices(gold, outputs.space.names), device)
-        say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
-
-    # 3. the one training loop
-    losses = LossHistory(workdir)
-    try:
-        result = train(model, encoded, objective, train_config, workdir, rows=train_rows, selector=selector,
-                       resume=resume and checkpoint.exists(workdir), on_loss=losses.record,
-                       description=f"{method.name} -> {request.name}")
-    finally:
-        losses.close()
-
-    if objective.auxiliary is not None:
-        objective.info.update(objective.auxiliary.report())
-        teacher_seconds = objective.info.get("teacher_seconds")
-        if teacher_seconds is not None and result.seconds > 0:
-            say(f"Teachers in the loop took {teacher_seconds:.0f} s of {result.seconds:.0f} s training "
-                f"({100 * teacher_seconds / result.seconds:.0f}%).")
-
-    # 4. the student folder, then its record (a row points only at finished files)
-    train_record = {
-        "config": train_config.as_json(), "steps": result.steps, "seconds": result.seconds,
-        "examples_per_second": result.examples_per_second, "best_step": result.best_step,
-        "best_metric": result.best_metric, "selected_by": result.selected_by or "last step",
-        "history": result.history, "train_rows": int(len(train_rows)), "held_out_rows": int(len(held_out)),
-        "objective": objective.info,
-    }
-    meta = {
-        "name": request.name, "method": method.name, "options": asdict(options), "labels": list(outputs.space.names),
-        "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
-        "base": request.student, "parent": request.parent, "transfer_data": dataset.name,
-        "transfer_hash": dataset.content_hash, "select_by": request.select_by, "seed": train_config.seed,
-    }
-    staging = workspace.tmp_dir() / "student"
-    save_classifier(model, tokenizer, staging, extra=meta)
-    final = workspace.artifact_dir("students") / request.name
-    publish_dir(staging, final)
-    parent = store.find_student(request.parent) if request.parent else None
-    return store.add_student(
-        teachers=list(zip(teachers, [p.id for p in probes])),
-        name=request.name, method=method.name, options=asdict(options), base=str(base_folder), path=str(final),
-        labels=list(outputs.space.names), parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
-        select_by=request.select_by, seed=train_config.seed, train=train_record, metrics={}, run_id=run.id,
-        losses=losses.steps(),
-    )
+    return outputs, probes, runner
 
 
 def _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold, train_config, device,

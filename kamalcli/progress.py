@@ -41,11 +41,13 @@ def _fmt(v) -> str:
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, description: str, unit: str = "ex", completed: int = 0) -> Iterator[Bar]:
+def progress_bar(total: int, description: str, unit: str = "ex", completed: int = 0,
+                 show: bool = True) -> Iterator[Bar]:
+    """show=False: counts, draws and prints nothing (the other processes of a torchrun job)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    console = Console(file=sys.stderr)
+    console = Console(file=sys.stderr, quiet=not show)
     columns = [
         TextColumn("{task.description}"),
         BarColumn(),
@@ -55,9 +57,9 @@ def progress_bar(total: int, description: str, unit: str = "ex", completed: int 
         TimeRemainingColumn(),
         TextColumn("{task.fields[info]}"),
     ]
-    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
+    with Progress(*columns, console=console, transient=False, disable=not (show and console.is_terminal)) as progress:
         task = progress.add_task(description, total=total, completed=completed, info="")
-        bar = Bar(progress, task, unit, console.is_terminal, description, total)
+        bar = Bar(progress, task, unit, console.is_terminal or not show, description, total)
         yield bar
-    if not console.is_terminal:
+    if show and not console.is_terminal:
         print(f"{description}: {bar.done} {unit} at {bar.rate:,.1f} {unit}/s", file=sys.stderr)

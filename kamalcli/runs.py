@@ -27,8 +27,9 @@ def recorded_run(store, kind: str, name: str | None, params: dict, workdir: str 
     try:
         with _sigterm_as_sigint() as received:
             yield record
-    except KeyboardInterrupt:
-        how = "by SIGTERM" if received else "by the user (Ctrl-C)"
+    except KeyboardInterrupt as e:
+        reason = getattr(e, "reason", None)
+        how = f"because {reason}" if reason else ("by SIGTERM" if received else "by the user (Ctrl-C)")
         store.finish_run(record.id, "interrupted", record.result or None, f"interrupted {how}")
         raise
     except BaseException as e:

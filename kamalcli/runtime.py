@@ -64,6 +64,10 @@ def resolve_device(name: str | None) -> str:
     import torch
 
     if torch.cuda.is_available():
+        local_rank = os.environ.get("LOCAL_RANK")
+        if name in ("auto", "cuda") and local_rank is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            torch.cuda.set_device(int(local_rank))  # torchrun: one GPU per process on each machine
+            return f"cuda:{local_rank}"
         return "cuda" if name == "auto" else name
     if name == "auto":
         return "cpu"

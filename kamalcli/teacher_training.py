@@ -38,17 +38,72 @@ def supervised_objective(label_ids: np.ndarray) -> Objective:
     return Objective({"label": np.asarray(label_ids, dtype=np.int64)}, loss)
 
 
+@dataclass
+class _TeacherProblem:
+    """The rows, the model and the objective; every process of a torchrun job builds the same one."""
+
+    model: object
+    tokenizer: object
+    texts: list[str]
+    label_ids: np.ndarray
+    encoded: object
+    objective: Objective
+    train_rows: np.ndarray
+    held_out: np.ndarray
+
+    @classmethod
+    def build(cls, request: TeacherRequest, dataset, config) -> "_TeacherProblem":
+        from kamalcli.assets import resolve_model_source
+        from kamalcli.batching import encode
+        from kamalcli.data import load_dataset_rows
+        from kamalcli.modeling import build_student, load_tokenizer
+        from kamalcli.train.evaluate import holdout_split
+
+        base = resolve_model_source(request.base)
+        texts, gold = load_dataset_rows(dataset)
+        index = {label: i for i, label in enumerate(request.labels)}
+        keep = np.array([g in index for g in gold])
+        texts = [t for t, k in zip(texts, keep) if k]
+        label_ids = np.array([index[g] for g, k in zip(gold, keep) if k])
+        model = build_student(base, request.labels, num_layers=request.base_layers, seed=config.seed)
+        tokenizer = load_tokenizer(base)
+        encoded = encode(tokenizer, texts, config.max_length, config=model.config)
+        train_rows, held_out = holdout_split(len(texts), config.seed, max_rows=None)
+        return cls(model, tokenizer, texts, label_ids, encoded, supervised_objective(label_ids), train_rows, held_out)
+
+
+@dataclass(frozen=True)
+class TeacherOnRank:
+    """A non-zero rank's part of train-teacher (kamalcli/distributed.py): the same problem, trained beside rank 0."""
+
+    request: TeacherRequest
+    dataset: object
+    config: object
+    workdir: str
+    resume: bool
+
+    def run(self, world) -> None:
+        from pathlib import Path
+
+        from kamalcli.runtime import resolve_device
+        from kamalcli.train.loop import train
+
+        config = replace(self.config, device=resolve_device(self.request.device))
+        problem = _TeacherProblem.build(self.request, self.dataset, config)
+        train(problem.model, problem.encoded, problem.objective, config, Path(self.workdir),
+              rows=problem.train_rows, resume=self.resume, world=world)
+
+
 def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resume_run=None):
+    from kamalcli import distributed
     from kamalcli.assets import resolve_model_source
-    from kamalcli.batching import encode
-    from kamalcli.data import load_dataset_rows
     from kamalcli.fsutil import publish_dir
-    from kamalcli.modeling import build_student, load_tokenizer, save_classifier
+    from kamalcli.modeling import save_classifier
     from kamalcli.names import check_name
     from kamalcli.runs import training_run
     from kamalcli.runtime import resolve_device
     from kamalcli.teachers import register_teacher
-    from kamalcli.train.evaluate import HeldOutLoss, holdout_split, predict_logits
+    from kamalcli.train.evaluate import HeldOutLoss, predict_logits
     from kamalcli.train.loop import TrainConfig, train
 
     check_name(request.name, "teacher")
@@ -64,27 +119,22 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
         raise KamalError(f"{dataset.name} has no rows labelled {', '.join(missing)} (labels: {', '.join(sorted(dataset.label_counts))})")
     config = TrainConfig(**request.train)
     config.validate()
-    base = resolve_model_source(request.base)
-
-    texts, gold = load_dataset_rows(dataset)
-    index = {label: i for i, label in enumerate(request.labels)}
-    keep = np.array([g in index for g in gold])
-    texts = [t for t, k in zip(texts, keep) if k]
-    label_ids = np.array([index[g] for g, k in zip(gold, keep) if k])
+    resolve_model_source(request.base)
 
     with training_run(workspace, store, "train-teacher", request.name, request.as_json(), resume_run=resume_run,
                       resume_hint=f"kamal train-teacher --resume {request.name}", say=say) as (run, workdir):
         device = resolve_device(request.device)
         config = replace(config, device=device)
-        model = build_student(base, request.labels, num_layers=request.base_layers, seed=config.seed)
-        tokenizer = load_tokenizer(base)
-        encoded = encode(tokenizer, texts, config.max_length, config=model.config)
-        train_rows, held_out = holdout_split(len(texts), config.seed, max_rows=None)
-        size = len(held_out)
-        objective = supervised_objective(label_ids)
-        selector = HeldOutLoss(objective, encoded, held_out, device) if size else None
-        result = train(model, encoded, objective, config, workdir, rows=train_rows,
-                       selector=selector, resume=resume_run is not None, description=f"train-teacher {request.name}")
+        problem = _TeacherProblem.build(request, dataset, config)
+        model, encoded, label_ids, held_out = problem.model, problem.encoded, problem.label_ids, problem.held_out
+        tokenizer, texts, size = problem.tokenizer, problem.texts, len(held_out)
+        selector = HeldOutLoss(problem.objective, encoded, held_out, device) if size else None
+        world = distributed.current()
+        if world.distributed:
+            world.dispatch(TeacherOnRank(request, dataset, config, str(workdir), resume_run is not None))
+        result = train(model, encoded, problem.objective, config, workdir, rows=problem.train_rows,
+                       selector=selector, resume=resume_run is not None, description=f"train-teacher {request.name}",
+                       world=world)
         accuracy = None
         if size:
             pred = predict_logits(model, encoded, device=device, rows=held_out).argmax(axis=1)

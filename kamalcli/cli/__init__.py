@@ -9,6 +9,7 @@ import click
 
 from kamalcli import __version__
 from kamalcli.cli.app import App
+from kamalcli.distributed import WorkerDone
 from kamalcli.errors import KamalError
 from kamalcli.runtime import prepare_environment
 
@@ -17,6 +18,7 @@ class KamalGroup(click.Group):
     """Turns every failure into one line on stderr and an exit code (KAMAL_DEBUG=1: traceback)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["kamal.argv"] = list(args)  # `--nproc N` starts the same command again under torchrun
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as e:
@@ -30,15 +32,18 @@ class KamalGroup(click.Group):
             _usage_error(ctx, e)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except WorkerDone as e:  # a non-zero rank of a torchrun job: rank 0 speaks for the job
+            ctx.exit(e.exit_code)
         except KamalError as e:
             if debug:
                 raise
             click.echo(f"Error: {e}", err=True)
             ctx.exit(e.exit_code)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             if debug:
                 raise
-            click.echo("Interrupted: nothing half-written was kept.", err=True)
+            why = getattr(e, "reason", None)
+            click.echo(f"Interrupted{f' ({why})' if why else ''}: nothing half-written was kept.", err=True)
             ctx.exit(130)
         except Exception as e:  # a bug or an environment problem: still one line
             if debug:

@@ -8,6 +8,7 @@ from typing import Iterator
 
 import click
 
+from kamalcli.errors import KamalError
 from kamalcli.workspace import Workspace, find_workspace
 
 
@@ -43,9 +44,13 @@ class App:
     def writer(self) -> Iterator["Store"]:  # noqa: F821
         """Hold the workspace's write lock. Any run still 'running' now was cut off, and what
         killed or failed commands left behind is removed."""
+        from kamalcli import distributed
         from kamalcli.leftovers import clean_leftovers
         from kamalcli.store import Store
 
+        if distributed.current().size > 1 and not distributed.current().distributed:
+            raise KamalError(f"kamal {click.get_current_context().info_name} runs in one process; under torchrun "
+                             "only probe, amalgamate, extend and train-teacher run")
         with self.workspace.write_lock():
             store = Store.open(self.workspace)
             try:
@@ -54,6 +59,41 @@ class App:
                 yield store
             finally:
                 store.close()
+
+    @contextlib.contextmanager
+    def job(self, device: str, backend: str | None) -> Iterator["Store"]:  # noqa: F821
+        """writer() for a command that may run on several processes (torchrun).
+
+        Rank 0 takes the write lock once for the whole job (and cleans up) before
+        any other rank starts work, and tells them whether that worked; the other
+        ranks never touch the lock: they serve rank 0's jobs, then the command
+        ends for them (WorkerDone)."""
+        from kamalcli import distributed
+        from kamalcli.runtime import resolve_device
+
+        world = distributed.current()
+        if world.size > 1 or backend not in (None, "auto"):
+            backend = distributed.resolve_backend(backend, resolve_device(device))
+        if world.size < 2:
+            with self.writer() as store:
+                yield store
+            return
+        world.start(backend)
+        if not world.main:
+            refused = world.broadcast(None)
+            if refused is None:
+                distributed.serve(world)
+            distributed.leave()
+            raise distributed.WorkerDone(refused or 0)
+        with contextlib.ExitStack() as stack:
+            try:
+                store = stack.enter_context(self.writer())
+            except KamalError as e:
+                world.broadcast(e.exit_code)
+                raise
+            world.broadcast(None)
+            stack.callback(distributed.stop_workers, world)
+            yield store
 
 
 pass_app = click.make_pass_decorator(App)

@@ -22,6 +22,31 @@ def train_options(f):
     return f
 
 
+def distributed_options(f):
+    """--nproc N (kamal starts torchrun itself) and --backend; the command gets `backend`."""
+    import functools
+
+    @click.option("--nproc", type=int, metavar="N",
+                  help="Run on N processes of this machine (kamal starts torchrun; one GPU each on CUDA).")
+    @click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default=None,
+                  help="How the processes talk (default auto: nccl on CUDA, gloo on CPU).")
+    @functools.wraps(f)
+    def wrapper(*args, nproc, backend, **kwargs):
+        from kamalcli import distributed
+
+        distributed.check_nproc(nproc)
+        if nproc is not None and nproc > 1:
+            ctx = click.get_current_context()
+            device = kwargs.get("device") or ctx.find_object(App).device(None)
+            from kamalcli.runtime import resolve_device
+
+            distributed.resolve_backend(backend, resolve_device(device))  # refused here, before any process starts
+            ctx.exit(distributed.launch(nproc, distributed.without_nproc(ctx.find_root().meta["kamal.argv"])))
+        return f(*args, backend=backend, **kwargs)
+
+    return wrapper
+
+
 reprobe_option = click.option(
     "--reprobe", is_flag=True,
     help="Probe the teachers again with these settings even though cached probes with other settings exist.")

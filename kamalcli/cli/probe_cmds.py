@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
+from kamalcli.cli.options import distributed_options
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 
 
@@ -25,9 +26,10 @@ from kamalcli.cli.render import emit_json, json_option, note, pct, table
               help="K full fp32 passes of every row (the paper's probe), or the default: each row until its "
                    "confidence converges (at least 3 passes, at most K).")
 @click.option("--seed", type=int, help="Seed for the dropout masks (default: the workspace seed).")
+@distributed_options
 @pass_app
 def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit, rmd_layers, batch_size,
-          max_length, device, mc_mode, mc_exact, seed) -> None:
+          max_length, device, mc_mode, mc_exact, seed, backend) -> None:
     """Measure every teacher on every dataset once: MC-dropout uncertainty, ECE, RMD, selection."""
     from kamalcli.probe.service import ProbeRequest, probe_workspace
 
@@ -43,7 +45,7 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
     batch = app.setting("probe", "batch_size", batch_size, 32)
     if batch < 1:
         raise click.BadParameter("must be at least 1", param_hint="--batch-size")
-    with app.writer() as store:
+    with app.job(app.device(device), backend) as store:
         for t in teacher_names:
             store.teacher(t)
         for d in data_names:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.options import mc_exact_option, probe_settings, reprobe_option, train_options, train_settings
+from kamalcli.cli.options import distributed_options, mc_exact_option, probe_settings, reprobe_option, train_options, train_settings
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 from kamalcli.errors import KamalError
 
@@ -42,10 +42,11 @@ def methods(as_json: bool) -> None:
 @reprobe_option
 @mc_exact_option
 @train_options
+@distributed_options
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by,
                mc_samples, rmd_fit, resume, reprobe, mc_exact, epochs, batch_size, lr, max_length, seed, checkpoint_every,
-               device) -> None:
+               device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli import amalgamate as service
 
@@ -55,7 +56,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
                                 ("--mc-exact/--mc-adaptive", mc_exact is not None)) if v]
         if given:
             raise KamalError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
-        with app.writer() as store:
+        with app.job(app.device(device), backend) as store:
             student = service.resume(app.workspace, store, resume, say=note)
         _trained(student)
         return
@@ -69,7 +70,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
-    with app.writer() as store:
+    with app.job(app.device(device), backend) as store:
         student = service.amalgamate(app.workspace, store, request, say=note)
     _trained(student)
 
@@ -87,9 +88,10 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
 @reprobe_option
 @mc_exact_option
 @train_options
+@distributed_options
 @pass_app
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
-           reprobe, mc_exact, epochs, batch_size, lr, max_length, seed, checkpoint_every, device) -> None:
+           reprobe, mc_exact, epochs, batch_size, lr, max_length, seed, checkpoint_every, device, backend) -> None:
     """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
     from kamalcli import amalgamate as service
     from kamalcli.extend import extend as run_extend
@@ -100,7 +102,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
         train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
-    with app.writer() as store:
+    with app.job(app.device(device), backend) as store:
         student = run_extend(app.workspace, store, base, student_name=student_name,
                              teacher_names=list(teacher_names), refine=refine, say=note)
     _trained(student)

@@ -7,7 +7,7 @@ import click
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, note, table
 from kamalcli.errors import KamalError
-from kamalcli.cli.options import train_options, train_settings
+from kamalcli.cli.options import distributed_options, train_options, train_settings
 from kamalcli.names import split_labels
 
 
@@ -78,14 +78,15 @@ def remove_teacher(app: App, name: str) -> None:
 @click.option("--base-layers", type=int, help="Keep only the first N layers of the base.")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted training of that teacher.")
 @train_options
+@distributed_options
 @pass_app
 def train_teacher(app: App, data, labels, name, base, base_layers, resume, epochs, batch_size, lr, max_length, seed,
-                  checkpoint_every, device) -> None:
+                  checkpoint_every, device, backend) -> None:
     """Fine-tune a classifier on a labelled dataset's rows of some labels and register it as a teacher."""
     from kamalcli.teacher_training import TeacherRequest, resume_teacher, train_teacher as run_training
 
     if resume:
-        with app.writer() as store:
+        with app.job(app.device(device), backend) as store:
             teacher, result = resume_teacher(app.workspace, store, resume, say=note)
     else:
         if data is None or labels is None or name is None:
@@ -96,7 +97,7 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
             train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
             device=app.device(device),
         )
-        with app.writer() as store:
+        with app.job(app.device(device), backend) as store:
             teacher, result = run_training(app.workspace, store, request, say=note)
     accuracy = result.get("held_out_accuracy")
     held = f"; held-out accuracy {100 * accuracy:.1f}% on {result['held_out_rows']} rows" if accuracy is not None else ""

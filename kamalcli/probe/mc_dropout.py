@@ -72,11 +72,27 @@ def run_teacher(
     batch_size: int = 32,
     mode: str = "sequential",
     advance: Callable[[int], None] = lambda n: None,
+    part: tuple[int, int] | None = None,
 ) -> dict:
-    """Write the probe's arrays into out_dir; returns how the MC passes went (for meta.json)."""
-    n = len(encoded)
-    num_classes = model.config.num_labels
+    """Write the probe's arrays into out_dir; returns how the MC passes went (for meta.json).
+
+    part=(rank, processes): only this rank's share of the batch groups (every
+    process forms the same batches, so each row is computed exactly as one
+    process would), their rows in rows.npy; dropout masks seeded seed + rank.
+    """
+    batches = list(inference_batches(encoded.lengths, batch_size))
+    groups = [batches[i : i + GROUP_BATCHES] for i in range(0, len(batches), GROUP_BATCHES)]
+    local = np.arange(len(encoded))  # where each row's results go in this folder's arrays
     out_dir.mkdir(parents=True, exist_ok=True)
+    if part is not None:
+        rank, processes = part
+        groups = groups[rank::processes]
+        mine = np.concatenate([row for group in groups for row in group]) if groups else np.zeros(0, dtype=np.int64)
+        np.save(out_dir / "rows.npy", mine)
+        local = np.full(len(encoded), -1, dtype=np.int64)
+        local[mine] = np.arange(len(mine))
+    n = int((local >= 0).sum())
+    num_classes = model.config.num_labels
     open_array = np.lib.format.open_memmap
     logits_out = open_array(out_dir / "logits.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
     mc_out = open_array(out_dir / "mc_probs.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
@@ -87,34 +103,33 @@ def run_teacher(
         for layer in settings.layers
     }
     model.to(device)
-    torch.manual_seed(settings.seed)
+    torch.manual_seed(settings.seed + (part[0] if part else 0))
     k = settings.mc_samples
     adaptive = k > 1 and not settings.mc_exact
     passes = np.full(n, k if k > 1 else 0, dtype=np.int64)
-    batches = list(inference_batches(encoded.lengths, batch_size))
     with torch.inference_mode():
-        for first in range(0, len(batches), GROUP_BATCHES):
-            group = batches[first : first + GROUP_BATCHES]
+        for group in groups:
             for index in group:
                 batch = encoded.batch(index, device)
+                at = local[index]
                 disable_mc_dropout(model)
                 out = model(**batch, output_hidden_states=bool(settings.layers))
                 logits = out.logits.float()
-                logits_out[index] = logits.cpu().numpy()
+                logits_out[at] = logits.cpu().numpy()
                 for layer, array in features_out.items():
-                    array[index] = mean_pool(out.hidden_states[layer].float(), batch["attention_mask"]).cpu().numpy()
+                    array[at] = mean_pool(out.hidden_states[layer].float(), batch["attention_mask"]).cpu().numpy()
                 if k == 1:
-                    mc_out[index] = torch.softmax(logits, dim=-1).cpu().numpy()
+                    mc_out[at] = torch.softmax(logits, dim=-1).cpu().numpy()
                 elif not adaptive:
                     enable_mc_dropout(model, settings.dropout)
-                    mc_out[index] = _mc_mean(model, batch, k, mode).cpu().numpy()
+                    mc_out[at] = _mc_mean(model, batch, k, mode).cpu().numpy()
                 if not adaptive:
                     advance(len(index))
             if adaptive:
                 rows = np.concatenate(group)
                 mean, taken = _adaptive_rows(model, encoded, rows, settings, device, batch_size, num_classes)
-                mc_out[rows] = mean.numpy().astype(np.float32)
-                passes[rows] = taken
+                mc_out[local[rows]] = mean.numpy().astype(np.float32)
+                passes[local[rows]] = taken
                 advance(len(rows))
     disable_mc_dropout(model)
     for array in (logits_out, mc_out, *features_out.values()):

@@ -100,6 +100,7 @@ class Runner:
     mode: str = "auto"
     run_id: int | None = None
     options_key: str = ""
+    read_only: bool = False  # a non-zero rank rebuilding what rank 0 built: every probe must be cached
     _gold_labels: dict = field(default_factory=dict, init=False, repr=False)
 
     # -- (1) probes ------------------------------------------------------------
@@ -164,14 +165,18 @@ class Runner:
         return ([exact] if exact is not None else []) + others
 
     def _compute(self, teacher, dataset, settings: ProbeSettings, key: str):
+        from kamalcli import distributed
         from kamalcli.batching import encode
         from kamalcli.data import load_dataset_rows
         from kamalcli.fsutil import publish_dir, write_json_atomic
         from kamalcli.modeling import load_classifier, load_tokenizer
         from kamalcli.probe.mc_dropout import check_dropout, pick_mode, run_teacher
+        from kamalcli.probe.shards import ProbeShard
         from kamalcli.progress import progress_bar
         from kamalcli.teachers import weights_fingerprint
 
+        if self.read_only:
+            raise KamalError(f"internal: probe of {teacher.name} on {dataset.name} missing on a worker process")
         folder = Path(teacher.path)
         if not folder.is_dir():
             raise KamalError(f"teacher {teacher.name}'s folder is gone: {folder}")
@@ -196,8 +201,16 @@ class Runner:
             how = "adaptive, at most " if settings.adaptive else ""
             label = f"probe {teacher.name} on {dataset.name} (K={how}{settings.mc_samples})"
             with progress_bar(len(texts), label) as bar:
-                passes = run_teacher(model, encoded, settings, staging, device=self.device,
-                                     batch_size=self.batch_size, mode=mode, advance=bar.advance)
+                world = distributed.current()
+                if world.distributed:
+                    kind = "cpu" if self.device == "cpu" else "cuda"  # each rank resolves its own GPU
+                    shard = ProbeShard(str(folder), dataset, settings, str(staging), kind, self.batch_size, mode)
+                    world.dispatch(shard)
+                    passes = shard.run(world, model, encoded, advance=bar.advance)
+                    bar.advance(len(texts) - bar.done)  # the other ranks' rows
+                else:
+                    passes = run_teacher(model, encoded, settings, staging, device=self.device,
+                                         batch_size=self.batch_size, mode=mode, advance=bar.advance)
             seconds = time.perf_counter() - started
             write_json_atomic(staging / "meta.json", {
                 "teacher": teacher.name, "fingerprint": teacher.fingerprint, "dataset": dataset.name,

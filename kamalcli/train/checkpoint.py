@@ -34,7 +34,8 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
     load_model(model, str(path), device=str(next(model.parameters()).device))
 
 
-def save(workdir: Path, model, optimizer, scheduler, state, config, auxiliary=None) -> None:
+def save(workdir: Path, model, optimizer, scheduler, state, config, auxiliary=None, rank_rng: list | None = None) -> None:
+    """rank_rng: every process's random state when several trained together (train/data_parallel.py)."""
     final = workdir / FOLDER
     staging = workdir / f".{FOLDER}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
@@ -52,6 +53,8 @@ def save(workdir: Path, model, optimizer, scheduler, state, config, auxiliary=No
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "config": config.as_json(),
     }
+    if rank_rng is not None:
+        trainer["rank_rng"] = rank_rng
     if auxiliary is not None:
         trainer["auxiliary"] = {"parameters": auxiliary.state_dict(), "extra": auxiliary.extra_state()}
     torch.save(trainer, staging / "trainer.pt")
@@ -62,7 +65,9 @@ def exists(workdir: Path) -> bool:
     return (workdir / FOLDER / "trainer.pt").is_file()
 
 
-def load(workdir: Path, model, optimizer, scheduler, config, auxiliary=None):
+def load(workdir: Path, model, optimizer, scheduler, config, auxiliary=None, *, rank: int = 0, processes: int = 1):
+    """Restore a checkpoint. Random state: each process's own when the same number of processes saved it
+    (bit for bit); on another number, rank 0 takes the saved process 0's and the others a seed of their own."""
     from kamalcli.train.loop import TrainState
 
     folder = workdir / FOLDER
@@ -85,5 +90,12 @@ def load(workdir: Path, model, optimizer, scheduler, config, auxiliary=None):
     torch.set_rng_state(trainer["rng_cpu"])
     if trainer["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(trainer["rng_cuda"])
+    saved = trainer.get("rank_rng") or [None]
+    if len(saved) == processes and saved[rank] is not None:
+        torch.set_rng_state(saved[rank]["cpu"])
+        if "cuda" in saved[rank] and torch.cuda.is_available():
+            torch.cuda.set_rng_state(saved[rank]["cuda"])
+    elif rank > 0:
+        torch.manual_seed(config.seed + 1_000_003 * trainer["step"] + rank)
     return TrainState(step=trainer["step"], best_metric=trainer["best_metric"], best_step=trainer["best_step"],
                       history=list(trainer["history"]), seconds=trainer["seconds"])

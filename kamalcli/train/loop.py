@@ -27,8 +27,7 @@ import torch
 
 from kamalcli.batching import Encoded, training_order
 from kamalcli.errors import KamalError
-from kamalcli.train.auxiliary import StudentView
-from kamalcli.train.objective import BatchArrays, Objective, output_loss
+from kamalcli.train.objective import BatchArrays, Objective
 from kamalcli.train import checkpoint
 
 
@@ -157,12 +156,19 @@ def train(
     on_step: Callable[[int], None] | None = None,
     on_loss: Callable[[int, float], None] | None = None,
     description: str = "train",
+    world: "World | None" = None,  # noqa: F821
 ) -> TrainResult:
     """Train in place; at the end the model holds the selected (best) weights.
 
     on_loss(step, loss) hears every step's training loss (kamalcli/loss_history.py records it).
+    With a world of several processes (kamalcli/distributed.py) each rank takes its share of every
+    batch under DistributedDataParallel (train/data_parallel.py); rank 0 alone selects and checkpoints.
     """
+    from kamalcli.distributed import SINGLE
     from kamalcli.progress import progress_bar
+    from kamalcli.train.data_parallel import TrainStep
+
+    world = world or SINGLE
 
     config.validate()
     rows = np.arange(len(encoded)) if rows is None else np.asarray(rows)
@@ -179,20 +185,22 @@ def train(
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
     total = steps_per_epoch * config.epochs
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(total, int(config.warmup * total)))
-    arrays = BatchArrays(objective)
-    hidden = bool(auxiliary is not None and auxiliary.student_layers)
+    train_step = TrainStep(model, objective, BatchArrays(objective), world, device)
 
     workdir.mkdir(parents=True, exist_ok=True)
     state = TrainState()
     if resume:
-        state = checkpoint.load(workdir, model, optimizer, scheduler, config, auxiliary)
+        state = checkpoint.load(workdir, model, optimizer, scheduler, config, auxiliary, rank=world.rank,
+                                processes=world.size)
         if state.step >= total:
             raise KamalError("that run had already finished training; nothing to resume")
     else:
-        torch.manual_seed(config.seed)  # dropout masks
+        torch.manual_seed(config.seed + world.rank)  # dropout masks
 
     def save() -> None:
-        checkpoint.save(workdir, model, optimizer, scheduler, state, config, auxiliary)
+        rng = train_step.rng_states()  # every rank's, so that the same number of processes resumes bit for bit
+        if world.main:
+            checkpoint.save(workdir, model, optimizer, scheduler, state, config, auxiliary, rank_rng=rng)
 
     def select() -> None:
         if selector is None:
@@ -215,26 +223,19 @@ def train(
     examples_before = state.step * config.batch_size
     order_epoch, order = None, rows
     with _deferred_interrupt() as stop_requested, progress_bar(
-        len(rows) * config.epochs, description, completed=min(examples_before, len(rows) * config.epochs)
+        len(rows) * config.epochs, description, completed=min(examples_before, len(rows) * config.epochs),
+        show=world.main,
     ) as bar:
         while state.step < total:
             epoch, offset = divmod(state.step, steps_per_epoch)
             if epoch != order_epoch:
                 order_epoch, order = epoch, rows[training_order(len(rows), config.seed, epoch)]
             index = order[offset * config.batch_size : (offset + 1) * config.batch_size]
-            batch = encoded.batch(index, device)
-            out = model(**batch, output_hidden_states=hidden)
-            rows_batch = arrays(index, device)
-            loss = output_loss(objective, out.logits, rows_batch, arrays.weights(index, device))
-            if auxiliary is not None:
-                view = StudentView(out.logits, out.hidden_states if hidden else None, batch["attention_mask"])
-                rows_batch.update(auxiliary.batch(index, device))
-                loss = loss + auxiliary(view, rows_batch).mean()
-            value = loss.item()
+            loss, view, rows_batch, value, stop_now = train_step(encoded, index, stop_requested)
             if not math.isfinite(value):
                 raise KamalError(f"the loss became {value} at step {state.step + 1}; lower --lr")
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            train_step.backward(loss)
             if config.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(clipped, config.grad_clip)
             optimizer.step()
@@ -257,7 +258,7 @@ def train(
                 except KeyboardInterrupt:
                     save()
                     raise StopRequested() from None
-            if stop_requested() and state.step < total:
+            if stop_now() and state.step < total:
                 save()
                 raise StopRequested()
 
