@@ -100,7 +100,7 @@ def plan(store, request: AmalgamateRequest):
     teachers = [store.teacher(n) for n in request.teachers] if request.teachers else store.teachers()
     if not teachers:
         raise KamalError("no teachers: register some with `kamal add-teacher FOLDER`")
-    if len(teachers) < 2 and method.confidences:
+    if len(teachers) < 2 and reads_confidences(method, options):
         raise KamalError(
             f"{method.name} chooses among teachers and needs at least two; there is only {teachers[0].name} "
             "(distil one teacher with vanilla-kd, or add another teacher)"
@@ -148,7 +148,7 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     train_config = TrainConfig(**request.train)
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)
-    if method.confidences:  # the others read logits only: any probe at the training length serves them
+    if reads_confidences(method, options):  # the others read logits only: any probe at the training length serves them
         probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=options_need_rmd(options),
                                       max_length=train_config.max_length, reprobe=request.reprobe, say=say)
     kind = "extend" if request.parent else "amalgamate"
@@ -183,7 +183,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     probes = []
     for teacher in teachers:
         wanted = settings[teacher.id]
-        if not method.confidences:  # the logits are all it reads: any cached probe, else one plain pass
+        if not reads_confidences(method, options):  # the logits are all it reads: any cached probe, else one plain pass
             cached = runner.logits_cached(teacher, dataset, train_config.max_length, any_length=True)
             if cached is None:
                 say(f"Probing {teacher.name} on {dataset.name} first (logits only: {method.name} reads no "
@@ -214,16 +214,17 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
     texts, gold = load_dataset_rows(dataset)
     encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
-    if method.level == "feature":
-        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
-                                   train_config, device, workdir, say)
-        objective = method.build(context, options)
-    else:
-        objective = method.build(outputs, options)
     if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
         train_rows, held_out = holdout_split(len(texts), train_config.seed)
     else:
         train_rows, held_out = np.arange(len(texts)), np.arange(0)
+    if method.level == "feature":
+        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
+                                   train_config, device, workdir, say)
+        context = replace(context, student=model, base=str(base_folder), train_rows=train_rows, held_out=held_out)
+        objective = method.build(context, options)
+    else:
+        objective = method.build(outputs, options)
     selector = None
     if request.select_by == "transfer-loss" and len(held_out):
         selector = HeldOutLoss(objective, encoded, held_out, device)
@@ -300,6 +301,11 @@ def _other_probes(store, teacher, dataset) -> str:
         return ""
     listed = "; ".join(f"K={k}, max length {n}" for k, n in sorted(others))
     return f"; its other cached probes ({listed}) are not used (--reprobe)"
+
+
+def reads_confidences(method, options) -> bool:
+    """Whether the method reads the teachers' probe confidences (MC dropout, RMD) with these options."""
+    return method.confidences or getattr(options, "confidence_score", None) is not None
 
 
 def options_need_rmd(options) -> bool:

@@ -70,6 +70,14 @@ register(_feature_method(
     "Wu et al., 2021 (label-free variant: kamal)",
     "in the loop, per token (mean-pooled from the probe cache when tokenisers differ, or features=pooled)",
     labels="optional"))
+register(_feature_method(
+    "rl-kd", "rl_kd", fo.RLKDOptions, "build_rl_kd",
+    "a logistic policy per teacher picks, row by row, which teachers the student learns from (their average); "
+    "REINFORCE with a baseline. labels=true: the paper (gold labels, one label set, rewards r1/r2/r3); "
+    "labels=false: kamal's label-free variant (confidences in the state, reward: agreement with muki-hard's "
+    "target on held-out rows)",
+    "Yuan et al., AAAI 2021 (label-free variant: kamal)",
+    "R(x): a frozen encoder's [CLS] vector, cached; teachers' cached outputs", labels="optional"))
 register(Method("ensemble", "baseline, no training: argmax over all teachers' concatenated logits (kamal eval --baseline)",
                 NoOptions, None))
 register(Method("teacher", "baseline, no training: one teacher alone, other labels at zero (kamal eval --baseline teacher:NAME)",

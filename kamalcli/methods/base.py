@@ -66,6 +66,10 @@ class FeatureContext:
     batch_size: int = 32
     say: Callable[[str], None] = print
     phases: object = None            # train.phases.Phases: earlier training phases of the same run
+    student: object = None           # the student model (methods that pre-train it or measure it for a reward)
+    base: str | None = None          # the student's base: a pre-trained, not fine-tuned encoder
+    train_rows: np.ndarray | None = None  # the rows the student trains on (None: all)
+    held_out: np.ndarray | None = None    # held-out transfer rows (label-free model selection), maybe empty
 
 
 class Options:

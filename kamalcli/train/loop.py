@@ -225,10 +225,11 @@ def train(
             batch = encoded.batch(index, device)
             out = model(**batch, output_hidden_states=hidden)
             rows_batch = arrays(index, device)
+            if auxiliary is not None:  # before the output-level term, which may read what it adds (rl-kd's targets)
+                rows_batch.update(auxiliary.batch(index, device))
             loss = output_loss(objective, out.logits, rows_batch, arrays.weights(index, device))
             if auxiliary is not None:
                 view = StudentView(out.logits, out.hidden_states if hidden else None, batch["attention_mask"])
-                rows_batch.update(auxiliary.batch(index, device))
                 loss = loss + auxiliary(view, rows_batch).mean()
             value = loss.item()
             if not math.isfinite(value):
