@@ -12,7 +12,6 @@ from safetensors.torch import load_file
 from kamalcli.methods.rl_kd import Reward, TeacherSelection, pretrain_policy, selected_average, selection_fit
 from kamalcli.methods.teacher_policy import TeacherPolicy
 
-import tiny
 
 
 def train_args(assets, epochs=1):
@@ -172,18 +171,6 @@ def test_paper_variant_needs_gold_and_one_label_set(kamal, assets, trained):
     result = kamal("amalgamate", "--method", "rl-kd", "--option", "labels=true", "--data", "labelled",
                    *train_args(assets), code=2)
     assert "teachers over one label set" in result.stderr and "Traceback" not in result.stderr
-
-
-@pytest.fixture
-def same_labels(kamal, assets, trained, tmp_path):
-    """Two tiny teachers over the same labels, and labelled transfer data (the paper's setting)."""
-    kamal("add-data", assets["train"], "--name", "train6", "--role", "eval")
-    kamal("train-teacher", "train6", "--labels", "world,sports", "--name", "news2", "--base", assets["encoder"],
-          "--epochs", 4, "--lr", "3e-3", "--batch-size", 16, "--max-length", 32, "--seed", 5)
-    kamal("add-teacher", trained["news"], "--name", "news")
-    rows = tiny.topic_rows(["world", "sports"], 40, seed=21)
-    kamal("add-data", tiny.write_jsonl(tmp_path / "ws.jsonl", rows), "--name", "labelled", "--label-column", "label")
-    return kamal
 
 
 @pytest.mark.parametrize("reward", ["r1", "r2", "r3"])

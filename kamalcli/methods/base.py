@@ -72,6 +72,19 @@ class FeatureContext:
     held_out: np.ndarray | None = None    # held-out transfer rows (label-free model selection), maybe empty
 
 
+def gold_over_one_label_set(context: FeatureContext, method: str) -> np.ndarray:
+    """The transfer rows' gold label ids, for a method's paper setting: labelled rows, teachers over one label set."""
+    outputs = context.outputs
+    if context.gold is None:
+        raise KamalError(f"{method} labels=true needs transfer data with gold labels (add it with --label-column)")
+    if any(list(outputs.space.blocks[t]) != list(range(len(outputs.space))) for t in outputs.teachers):
+        raise KamalError(f"{method} labels=true is the paper's setting: teachers over one label set. For teachers "
+                         "with different label sets use the label-free variant (labels=false)")
+    if (context.gold < 0).any():
+        raise KamalError("some transfer rows have gold labels no teacher knows")
+    return context.gold.astype(np.int64)
+
+
 class Options:
     """Base for method options: typed dataclass fields, validated in check()."""
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from kamalcli.errors import KamalError
-from kamalcli.methods.base import FeatureContext, Objective
+from kamalcli.methods.base import FeatureContext, Objective, gold_over_one_label_set
 from kamalcli.methods.feature_options import RLKDOptions
 from kamalcli.methods.losses import cross_entropy, kl_to_target
 from kamalcli.methods.teacher_policy import TeacherPolicy
@@ -222,20 +222,6 @@ def _state_columns(context: FeatureContext, options: RLKDOptions, gold: np.ndarr
     return standardise(np.concatenate([represent, *probs, last], axis=1))
 
 
-def _gold(context: FeatureContext, options: RLKDOptions) -> np.ndarray | None:
-    if not options.labels:
-        return None
-    outputs = context.outputs
-    if context.gold is None:
-        raise KamalError("rl-kd labels=true needs transfer data with gold labels (add it with --label-column)")
-    if any(list(outputs.space.blocks[t]) != list(range(len(outputs.space))) for t in outputs.teachers):
-        raise KamalError("rl-kd labels=true is the paper's setting: teachers over one label set. For teachers "
-                         "with different label sets use the label-free variant (labels=false)")
-    if (context.gold < 0).any():
-        raise KamalError("some transfer rows have gold labels no teacher knows")
-    return context.gold.astype(np.int64)
-
-
 def build_rl_kd(context: FeatureContext, options: RLKDOptions) -> Objective:
     from kamalcli.methods.output_level import hard_target
 
@@ -245,7 +231,7 @@ def build_rl_kd(context: FeatureContext, options: RLKDOptions) -> Objective:
         raise KamalError("rl-kd selects among teachers and needs at least two")
     if context.student is None or context.phases is None:
         raise KamalError("internal: rl-kd needs the student and the run's training phases")
-    gold = _gold(context, options)
+    gold = gold_over_one_label_set(context, "rl-kd") if options.labels else None
     padded = np.stack([outputs.padded(i, T) for i in range(N)]).astype(np.float32)     # (N, n, Y)
     average = padded.mean(axis=0)
     reference = average if gold is not None else hard_target(padded, outputs.score(options.score))
