@@ -363,7 +363,7 @@ def rl_kd_compression(bench: Bench) -> None:
     """RL-KD's Table 4 setting: teachers sharing the ten topics10 labels, a 3-layer student. rl-kd r1/r2/r3
     beside fine-tuning only, the best single-teacher KD and the averaged-teacher KD the paper does not report.
     rl-kd trains the student twice (an epoch on the average of all teachers, then the alternation): the
-    averaged KD with the same two epochs is the control for that budget."""
+    baselines trained for two epochs are the controls for that budget."""
     baselines = RESULTS / f"compression-{bench.profile.name}.json"
     if not baselines.is_file():
         compression(bench)  # the teachers and the baselines
@@ -373,14 +373,20 @@ def rl_kd_compression(bench: Bench) -> None:
     rows = [[f"teacher {t}", pct(summary["rows"][f"teacher {t}"]["accuracy"]), pct(summary["rows"][f"teacher {t}"]["macro_f1"]), "-"]
             for t in names]
     kept = ["supervised", f"best single-teacher KD ({best})", "averaged-teacher KD (uhc over one label set)"]
-    titles = {"supervised": "fine-tuning only (gold labels, same budget)"}
+    titles = {"supervised": "fine-tuning only (gold labels)"}
     payload = {k: summary["rows"][k] for k in kept}
     rows += [[titles.get(k, k), pct(payload[k]["accuracy"]), pct(payload[k]["macro_f1"]), "1"] for k in kept]
-    runs = [("averaged-teacher KD (uhc over one label set), 2 epochs", "uhc", (), "transfer",
-             ("--epochs", str(2 * bench.profile.student_epochs)))]
-    runs += [(label, "rl-kd", options, "transfer-labelled", ()) for label, options in RL_REWARDS]
-    for label, method, options, data, extra in runs:
-        results = [_timed_student(bench, ws, label, method, names, seed, options, data, extra) for seed in bench.seeds]
+    twice = ("--epochs", str(2 * bench.profile.student_epochs))
+    tuned = [bench.supervised(seed, 2 * bench.profile.student_epochs) for seed in bench.seeds]
+    label = "fine-tuning only (gold labels), 2 epochs"
+    payload[label] = {"accuracy": summarize([r["accuracy"] for r in tuned]),
+                      "macro_f1": summarize([r["macro_f1"] for r in tuned])}
+    rows.append([label, pct(payload[label]["accuracy"]), pct(payload[label]["macro_f1"]), "2"])
+    runs = [(f"best single-teacher KD ({best}), 2 epochs", "vanilla-kd", (), "transfer", twice, [best]),
+            ("averaged-teacher KD (uhc over one label set), 2 epochs", "uhc", (), "transfer", twice, names)]
+    runs += [(label, "rl-kd", options, "transfer-labelled", (), names) for label, options in RL_REWARDS]
+    for label, method, options, data, extra, chosen in runs:
+        results = [_timed_student(bench, ws, label, method, chosen, seed, options, data, extra) for seed in bench.seeds]
         acc, f1 = summarize([r["accuracy"] for r in results]), summarize([r["macro_f1"] for r in results])
         payload[label] = {"accuracy": acc, "macro_f1": f1, "objective": [r["objective"] for r in results],
                           "train_seconds": [r["train_seconds"] for r in results],
@@ -402,16 +408,36 @@ def rl_kd_amalgamation(bench: Bench) -> None:
 
     rl-kd reads the same transfer texts with their labels attached ("transfer-labelled"), only to count its
     selections per gold class and score them; training never reads them."""
-    ws = two_teacher_workspace(bench)
-    teachers = ["half-a", "half-b"]
+    _rl_kd_against_muki(bench, two_teacher_workspace(bench), ["half-a", "half-b"])
+
+
+def rl_kd_four(bench: Bench) -> None:
+    """rl-kd-amalgamation with MUKI Table 3's four teachers {2,2,2,4} (more-teachers' workspace)."""
+    groups = [["mail", "math"], ["games", "graphics"], ["sound", "text"], ["admin", "net", "science", "web"]]
+    ws = bench.workspace("teachers-4")
+    names = [f"t{i + 1}-{'-'.join(g)}"[:60] for i, g in enumerate(groups)]
+    for name, labels in zip(names, groups):
+        bench.teacher(ws, name, labels)
+    _rl_kd_against_muki(bench, ws, names)
+
+
+def _rl_kd_against_muki(bench: Bench, ws, teachers: list[str]) -> None:
     if not any(d["name"] == "transfer-labelled" for d in ws.json("data")):
         ws("add-data", ws.root / "data" / "train.jsonl", "--name", "transfer-labelled", "--label-column", "label",
            quiet=True)
-    variants = [("vanilla-kd", "vanilla-kd", (), "transfer"), ("muki-hard", "muki-hard", (), "transfer"),
-                ("rl-kd, label-free (kamal)", "rl-kd", (), "transfer-labelled")]
+    # probed first, so the timed rl-kd command below does not include a probe muki-hard found cached
+    ws("probe", "--data", "transfer-labelled", "--mc-samples", str(bench.profile.mc_samples),
+       "--max-length", str(bench.profile.max_length), *[a for t in teachers for a in ("--teacher", t)], quiet=True)
+    twice = ("--epochs", str(2 * bench.profile.student_epochs))
+    # rl-kd trains the student for two epochs (the teachers' average, then the alternation): muki-hard with
+    # two epochs is the control for that budget (first seed only: the CPU's time)
+    variants = [("vanilla-kd", "vanilla-kd", (), "transfer", (), bench.seeds),
+                ("muki-hard", "muki-hard", (), "transfer", (), bench.seeds),
+                ("muki-hard, 2 epochs", "muki-hard", (), "transfer", twice, bench.seeds[:1]),
+                ("rl-kd, label-free (kamal)", "rl-kd", (), "transfer-labelled", (), bench.seeds)]
     rows, payload, first = [], {}, {}
-    for label, method, options, data in variants:
-        results = [_timed_student(bench, ws, label, method, teachers, seed, options, data) for seed in bench.seeds]
+    for label, method, options, data, extra, seeds in variants:
+        results = [_timed_student(bench, ws, label, method, teachers, seed, options, data, extra) for seed in seeds]
         first[label] = results[0]
         acc, f1 = summarize([r["accuracy"] for r in results]), summarize([r["macro_f1"] for r in results])
         policy = [_selection_share(r["objective"], "policy") for r in results]
@@ -421,14 +447,17 @@ def rl_kd_amalgamation(bench: Bench) -> None:
         if policy[0] is not None:
             payload[label]["selection_accuracy"] = {"policy": summarize(policy), "muki-hard": summarize(muki)}
             selection = f"{pct(summarize(policy))} (muki-hard's {pct(summarize(muki))})"
-        rows.append([label, pct(acc), pct(f1), selection])
-    table = markdown(["method", "accuracy %", "macro-F1 %", "selects the gold label's teacher %"], rows)
+        epochs = f"1 + {results[0]['epochs']}" if method == "rl-kd" else str(results[0]["epochs"])
+        rows.append([label, pct(acc), pct(f1), epochs, ",".join(map(str, seeds)), selection])
+    table = markdown(["method", "accuracy %", "macro-F1 %", "student epochs", "seeds",
+                      "selects the gold label's teacher %"], rows)
 
     # time per epoch: muki-hard and rl-kd both trained in this run (again, under new names, if reused)
     tag, seed = time.strftime("%m%d%H%M"), bench.seeds[0]
-    timing = {label: first[label] for label, *_ in variants[1:]}
+    timed_variants = [variants[1], variants[3]]  # muki-hard and rl-kd, one epoch of each's own loop
+    timing = {label: first[label] for label, *_ in timed_variants}
     if any(r["wall_seconds"] is None for r in timing.values()):
-        for label, method, options, data in variants[1:]:
+        for label, method, options, data, *_ in timed_variants:
             timing[label] = _timed_student(bench, ws, f"speed{tag}-{label}", method, teachers, seed, options, data)
     base = timing["muki-hard"]
     timed = []
@@ -457,4 +486,5 @@ SCENARIOS = {
     "feature-speed": feature_speed,
     "rl-kd-compression": rl_kd_compression,
     "rl-kd-amalgamation": rl_kd_amalgamation,
+    "rl-kd-four": rl_kd_four,
 }

@@ -143,7 +143,8 @@ def _policy_tables(policies: list[dict]) -> None:
             if seen:
                 rows.append((name, *[f"{100 * c / seen:.0f}% ({c})" for c in counts], f"{100 * none / seen:.0f}% ({none})"))
         table(f"Teacher selection by rl-kd students: {p['student']} ({p['variant']}, reward {p['reward']}; "
-              "share of the class's training rows, over all epochs)", ["class", *teachers, "none selected"], rows)
+              "per class, each teacher's share of the selections over the alternation's epochs, and their "
+              "number; a row may select several teachers)", ["class", *teachers, "none selected"], rows)
         accuracy = p.get("selection_accuracy")
         if accuracy:
             listed = ", ".join(f"{k} {pct(v)}%" for k, v in accuracy.items())
