@@ -186,15 +186,17 @@ class Bench:
         return {**metrics, "train_seconds": record["train"]["seconds"],
                 "examples_per_second": record["train"]["examples_per_second"]}
 
-    def supervised(self, seed: int) -> dict:
-        """The upper bound: the same student fine-tuned on the labelled train split, same budget."""
+    def supervised(self, seed: int, epochs: int | None = None) -> dict:
+        """The upper bound: the same student fine-tuned on the labelled train split, same budget
+        (epochs: another budget, kept under its own name)."""
         ws = self.workspace("supervised")
-        name = f"supervised-s{seed}"
+        epochs = epochs or self.profile.student_epochs
+        name = f"supervised-s{seed}" if epochs == self.profile.student_epochs else f"supervised-{epochs}ep-s{seed}"
         all_labels = sorted({json.loads(line)["label"] for line in open(ws.root / "data" / "train.jsonl")})
         if not ws.has_teacher(name):
             self.say(f"supervised upper bound, seed {seed}")
             ws("train-teacher", "labelled", "--labels", ",".join(all_labels), "--name", name,
-               "--base", self.profile.base, *self.profile.train_args(self.profile.student_epochs, seed))
+               "--base", self.profile.base, *self.profile.train_args(epochs, seed))
         metrics = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
         run = next(r for r in ws.json("runs") if r["kind"] == "train-teacher" and r["name"] == name
                    and r["status"] == "done")

@@ -1,7 +1,8 @@
 """Run a benchmark scenario: python benchmarks/run.py SCENARIO [--quick | --full] [--seeds 1,2,3].
 
 Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, feature-table,
-compression, feature-speed, speed, probe-speed (the probe's part of speed alone), all.
+compression, feature-speed, rl-kd-compression, rl-kd-amalgamation, rl-kd-four, speed, probe-speed
+(the probe's part of speed alone), all.
 Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `readme` copies the
 latest tables into README.md. Workspaces (teachers, probe caches, students) are
 kept in benchmarks/work/ so a rerun or another scenario reuses them.

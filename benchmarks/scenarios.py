@@ -6,7 +6,7 @@ import json
 import re
 import time
 
-from common import HALF_A, HALF_B, Bench, markdown, pct, summarize, write_results
+from common import HALF_A, HALF_B, RESULTS, Bench, markdown, pct, summarize, write_results
 
 MUKI_METHODS = [
     ("vanilla-kd", "vanilla-kd", ()),
@@ -337,6 +337,144 @@ def feature_speed(bench: Bench) -> None:
     write_results(bench, payload, table)
 
 
+def _named(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:60]
+
+
+def _timed_student(bench: Bench, ws, label: str, method: str, teachers: list[str], seed: int, options=(),
+                   data: str = "transfer", extra=()) -> dict:
+    """Train (unless done) and evaluate; adds the whole command's wall time when it trained now, and the
+    student's objective figures."""
+    name = _named(label)
+    started = time.perf_counter()
+    fresh = not ws.has_student(f"{name}-s{seed}")
+    result = bench.student(ws, name, method, teachers, seed, options, data=data, extra=extra)
+    record = next(s for s in ws.json("students") if s["name"] == f"{name}-s{seed}")
+    return {**result, "wall_seconds": time.perf_counter() - started if fresh else None,
+            "objective": record["train"]["objective"], "epochs": record["train"]["config"]["epochs"]}
+
+
+RL_REWARDS = [("rl-kd r1 = -CE (the paper)", ("labels=true", "reward=r1")),
+              ("rl-kd r2 = -CE - DL (the paper)", ("labels=true", "reward=r2")),
+              ("rl-kd r3 = mix with held-out accuracy (the paper)", ("labels=true", "reward=r3"))]
+
+
+def rl_kd_compression(bench: Bench) -> None:
+    """RL-KD's Table 4 setting: teachers sharing the ten topics10 labels, a 3-layer student. rl-kd r1/r2/r3
+    beside fine-tuning only, the best single-teacher KD and the averaged-teacher KD the paper does not report.
+    rl-kd trains the student twice (an epoch on the average of all teachers, then the alternation): the
+    baselines trained for two epochs are the controls for that budget."""
+    baselines = RESULTS / f"compression-{bench.profile.name}.json"
+    if not baselines.is_file():
+        compression(bench)  # the teachers and the baselines
+    ws = bench.workspace("shared-labels")
+    summary = json.loads(baselines.read_text())
+    names, best = list(summary["teachers"]), summary["best_teacher"]
+    rows = [[f"teacher {t}", pct(summary["rows"][f"teacher {t}"]["accuracy"]), pct(summary["rows"][f"teacher {t}"]["macro_f1"]), "-"]
+            for t in names]
+    kept = ["supervised", f"best single-teacher KD ({best})", "averaged-teacher KD (uhc over one label set)"]
+    titles = {"supervised": "fine-tuning only (gold labels)"}
+    payload = {k: summary["rows"][k] for k in kept}
+    rows += [[titles.get(k, k), pct(payload[k]["accuracy"]), pct(payload[k]["macro_f1"]), "1"] for k in kept]
+    twice = ("--epochs", str(2 * bench.profile.student_epochs))
+    tuned = [bench.supervised(seed, 2 * bench.profile.student_epochs) for seed in bench.seeds]
+    label = "fine-tuning only (gold labels), 2 epochs"
+    payload[label] = {"accuracy": summarize([r["accuracy"] for r in tuned]),
+                      "macro_f1": summarize([r["macro_f1"] for r in tuned])}
+    rows.append([label, pct(payload[label]["accuracy"]), pct(payload[label]["macro_f1"]), "2"])
+    runs = [(f"best single-teacher KD ({best}), 2 epochs", "vanilla-kd", (), "transfer", twice, [best]),
+            ("averaged-teacher KD (uhc over one label set), 2 epochs", "uhc", (), "transfer", twice, names)]
+    runs += [(label, "rl-kd", options, "transfer-labelled", (), names) for label, options in RL_REWARDS]
+    for label, method, options, data, extra, chosen in runs:
+        results = [_timed_student(bench, ws, label, method, chosen, seed, options, data, extra) for seed in bench.seeds]
+        acc, f1 = summarize([r["accuracy"] for r in results]), summarize([r["macro_f1"] for r in results])
+        payload[label] = {"accuracy": acc, "macro_f1": f1, "objective": [r["objective"] for r in results],
+                          "train_seconds": [r["train_seconds"] for r in results],
+                          "wall_seconds": [r["wall_seconds"] for r in results]}
+        epochs = f"{results[0]['epochs']}" if method != "rl-kd" else f"1 + {results[0]['epochs']}"
+        rows.append([label, pct(acc), pct(f1), epochs])
+    table = markdown(["method", "accuracy %", "macro-F1 %", "student epochs"], rows)
+    write_results(bench, {"rows": payload, "best_teacher": best}, table)
+
+
+def _selection_share(objective: dict, key: str) -> float | None:
+    return (objective.get("selection_accuracy") or {}).get(key)
+
+
+def rl_kd_amalgamation(bench: Bench) -> None:
+    """Label-free rl-kd (kamal's) beside muki-hard and vanilla-kd: two teachers over disjoint halves of
+    topics10; the policy's selection accuracy (does the teacher it rates most likely own the gold label?)
+    beside muki-hard's; and training time against muki-hard's, both trained now, side by side.
+
+    rl-kd reads the same transfer texts with their labels attached ("transfer-labelled"), only to count its
+    selections per gold class and score them; training never reads them."""
+    _rl_kd_against_muki(bench, two_teacher_workspace(bench), ["half-a", "half-b"])
+
+
+def rl_kd_four(bench: Bench) -> None:
+    """rl-kd-amalgamation with MUKI Table 3's four teachers {2,2,2,4} (more-teachers' workspace)."""
+    groups = [["mail", "math"], ["games", "graphics"], ["sound", "text"], ["admin", "net", "science", "web"]]
+    ws = bench.workspace("teachers-4")
+    names = [f"t{i + 1}-{'-'.join(g)}"[:60] for i, g in enumerate(groups)]
+    for name, labels in zip(names, groups):
+        bench.teacher(ws, name, labels)
+    _rl_kd_against_muki(bench, ws, names)
+
+
+def _rl_kd_against_muki(bench: Bench, ws, teachers: list[str]) -> None:
+    if not any(d["name"] == "transfer-labelled" for d in ws.json("data")):
+        ws("add-data", ws.root / "data" / "train.jsonl", "--name", "transfer-labelled", "--label-column", "label",
+           quiet=True)
+    # probed first, so the timed rl-kd command below does not include a probe muki-hard found cached
+    ws("probe", "--data", "transfer-labelled", "--mc-samples", str(bench.profile.mc_samples),
+       "--max-length", str(bench.profile.max_length), *[a for t in teachers for a in ("--teacher", t)], quiet=True)
+    twice = ("--epochs", str(2 * bench.profile.student_epochs))
+    # rl-kd trains the student for two epochs (the teachers' average, then the alternation): muki-hard with
+    # two epochs is the control for that budget (first seed only: the CPU's time)
+    variants = [("vanilla-kd", "vanilla-kd", (), "transfer", (), bench.seeds),
+                ("muki-hard", "muki-hard", (), "transfer", (), bench.seeds),
+                ("muki-hard, 2 epochs", "muki-hard", (), "transfer", twice, bench.seeds[:1]),
+                ("rl-kd, label-free (kamal)", "rl-kd", (), "transfer-labelled", (), bench.seeds)]
+    rows, payload, first = [], {}, {}
+    for label, method, options, data, extra, seeds in variants:
+        results = [_timed_student(bench, ws, label, method, teachers, seed, options, data, extra) for seed in seeds]
+        first[label] = results[0]
+        acc, f1 = summarize([r["accuracy"] for r in results]), summarize([r["macro_f1"] for r in results])
+        policy = [_selection_share(r["objective"], "policy") for r in results]
+        muki = [_selection_share(r["objective"], "muki-hard (mc-dropout)") for r in results]
+        payload[label] = {"accuracy": acc, "macro_f1": f1, "objective": [r["objective"] for r in results]}
+        selection = "-"
+        if policy[0] is not None:
+            payload[label]["selection_accuracy"] = {"policy": summarize(policy), "muki-hard": summarize(muki)}
+            selection = f"{pct(summarize(policy))} (muki-hard's {pct(summarize(muki))})"
+        epochs = f"1 + {results[0]['epochs']}" if method == "rl-kd" else str(results[0]["epochs"])
+        rows.append([label, pct(acc), pct(f1), epochs, ",".join(map(str, seeds)), selection])
+    table = markdown(["method", "accuracy %", "macro-F1 %", "student epochs", "seeds",
+                      "selects the gold label's teacher %"], rows)
+
+    # time per epoch: muki-hard and rl-kd both trained in this run (again, under new names, if reused)
+    tag, seed = time.strftime("%m%d%H%M"), bench.seeds[0]
+    timed_variants = [variants[1], variants[3]]  # muki-hard and rl-kd, one epoch of each's own loop
+    timing = {label: first[label] for label, *_ in timed_variants}
+    if any(r["wall_seconds"] is None for r in timing.values()):
+        for label, method, options, data, *_ in timed_variants:
+            timing[label] = _timed_student(bench, ws, f"speed{tag}-{label}", method, teachers, seed, options, data)
+    base = timing["muki-hard"]
+    timed = []
+    for label, r in timing.items():
+        per_epoch = r["train_seconds"] / r["epochs"]
+        timed.append([label, f"{per_epoch:.0f}", f"{per_epoch / (base['train_seconds'] / base['epochs']):.2f}x",
+                      f"{r['wall_seconds']:.0f}", f"{r['wall_seconds'] / base['wall_seconds']:.2f}x"])
+    table += ("\n\nTraining time, trained side by side in this run (seed "
+              f"{seed}); rl-kd's whole command adds its phases (an epoch on the teachers' average, the policy's "
+              "pre-training, R(x) once):\n\n"
+              + markdown(["method", "seconds per epoch (alternation)", "/ muki-hard", "whole command s", "/ muki-hard"],
+                         timed))
+    payload["timing"] = {k: {"train_seconds": v["train_seconds"], "wall_seconds": v["wall_seconds"],
+                             "epochs": v["epochs"], "accuracy": v["accuracy"]} for k, v in timing.items()}
+    write_results(bench, payload, table)
+
+
 SCENARIOS = {
     "muki-table": muki_table,
     "selection": selection,
@@ -346,4 +484,7 @@ SCENARIOS = {
     "feature-table": feature_table,
     "compression": compression,
     "feature-speed": feature_speed,
+    "rl-kd-compression": rl_kd_compression,
+    "rl-kd-amalgamation": rl_kd_amalgamation,
+    "rl-kd-four": rl_kd_four,
 }

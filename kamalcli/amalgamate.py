@@ -100,7 +100,7 @@ def plan(store, request: AmalgamateRequest):
     teachers = [store.teacher(n) for n in request.teachers] if request.teachers else store.teachers()
     if not teachers:
         raise KamalError("no teachers: register some with `kamal add-teacher FOLDER`")
-    if len(teachers) < 2 and method.confidences:
+    if len(teachers) < 2 and reads_confidences(method, options):
         raise KamalError(
             f"{method.name} chooses among teachers and needs at least two; there is only {teachers[0].name} "
             "(distil one teacher with vanilla-kd, or add another teacher)"
@@ -139,16 +139,19 @@ def check_base(source: str, layers: int | None) -> None:
 
 def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resume_run=None):
     """Train a student; returns the Student record. resume_run: the interrupted run to continue."""
+    from kamalcli import distributed
     from kamalcli.probe.choice import choose_probes
     from kamalcli.runs import training_run
     from kamalcli.train.loop import TrainConfig
 
     method, options, teachers, dataset, name = plan(store, request)
+    if method.one_process and distributed.current().size > 1:
+        raise KamalError(f"{method.name} runs on one process ({method.one_process}); run it without --nproc or torchrun")
     request = replace(request, name=name)
     train_config = TrainConfig(**request.train)
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)
-    if method.confidences:  # the others read logits only: any probe at the training length serves them
+    if reads_confidences(method, options):  # the others read logits only: any probe at the training length serves them
         probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=options_need_rmd(options),
                                       max_length=train_config.max_length, reprobe=request.reprobe, say=say)
     kind = "extend" if request.parent else "amalgamate"
@@ -287,16 +290,17 @@ def _problem(workspace, store, request, method, options, teachers, dataset, prob
     model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
     texts, gold = load_dataset_rows(dataset)
     encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
-    if method.level == "feature":
-        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
-                                   train_config, device, workdir, say)
-        objective = method.build(context, options)
-    else:
-        objective = method.build(outputs, options)
     if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
         train_rows, held_out = holdout_split(len(texts), train_config.seed)
     else:
         train_rows, held_out = np.arange(len(texts)), np.arange(0)
+    if method.level == "feature":
+        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
+                                   train_config, device, workdir, say)
+        context = replace(context, student=model, base=str(base_folder), train_rows=train_rows, held_out=held_out)
+        objective = method.build(context, options)
+    else:
+        objective = method.build(outputs, options)
     selector = None
     if request.select_by == "transfer-loss" and len(held_out):
         selector = HeldOutLoss(objective, encoded, held_out, device)
@@ -321,7 +325,7 @@ def _teacher_outputs(workspace, store, request, method, options, teachers, datas
     probes = []
     for teacher in teachers:
         wanted = settings[teacher.id]
-        if not method.confidences:  # the logits are all it reads: any cached probe, else one plain pass
+        if not reads_confidences(method, options):  # the logits are all it reads: any cached probe, else one plain pass
             cached = runner.logits_cached(teacher, dataset, train_config.max_length, any_length=True)
             if cached is None:
                 say(f"Probing {teacher.name} on {dataset.name} first (logits only: {method.name} reads no "
@@ -372,6 +376,11 @@ def _other_probes(store, teacher, dataset) -> str:
         return ""
     listed = "; ".join(f"K={k}, max length {n}" for k, n in sorted(others))
     return f"; its other cached probes ({listed}) are not used (--reprobe)"
+
+
+def reads_confidences(method, options) -> bool:
+    """Whether the method reads the teachers' probe confidences (MC dropout, RMD) with these options."""
+    return method.confidences or getattr(options, "confidence_score", None) is not None
 
 
 def options_need_rmd(options) -> bool:

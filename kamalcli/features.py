@@ -113,6 +113,13 @@ class FeatureSources:
                 out[feature_key(i, layer)] = arrays.features[layer]
         return out
 
+    def cls_vectors(self, source: str) -> np.ndarray:
+        """R(x): a frozen encoder's [CLS] vectors on the transfer rows, cached like a probe."""
+        from kamalcli.representation import cls_vectors
+
+        return cls_vectors(self.runner.workspace, source, self.texts, self.dataset.content_hash, self.max_length,
+                           self.device, self.say)
+
     def _encoding(self, i: int):
         from kamalcli.batching import encode
         from kamalcli.modeling import load_tokenizer

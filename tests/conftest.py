@@ -134,3 +134,15 @@ def interrupt_training(monkeypatch):
         monkeypatch.setattr(loop, "train", real if step is None else interrupted)
 
     return arm
+
+
+@pytest.fixture
+def same_labels(kamal, assets, trained, tmp_path):
+    """Two tiny teachers over the same labels (news, and news trained on by another seed), labelled transfer."""
+    kamal("add-data", assets["train"], "--name", "train6", "--role", "eval")
+    kamal("train-teacher", "train6", "--labels", "world,sports", "--name", "news2", "--base", assets["encoder"],
+          "--epochs", 4, "--lr", "3e-3", "--batch-size", 16, "--max-length", 32, "--seed", 5)
+    kamal("add-teacher", trained["news"], "--name", "news")
+    rows = [r for r in tiny.topic_rows(["world", "sports"], 40, seed=21)]
+    kamal("add-data", tiny.write_jsonl(tmp_path / "ws.jsonl", rows), "--name", "labelled", "--label-column", "label")
+    return kamal

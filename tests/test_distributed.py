@@ -256,3 +256,12 @@ def test_a_busy_workspace_stops_every_rank_with_one_line(two_teachers):
     assert result.stderr.strip().splitlines() == [
         f"Error: the workspace is busy: another kamal command (pid {os.getpid()}) is writing to it; "
         "wait for it to finish"]
+
+
+def test_a_method_that_runs_on_one_process_refuses_several_with_one_line(two_teachers):
+    before = two_teachers.db_snapshot()
+    result = kamal_run(two_teachers.workspace, "amalgamate", "--method", "rl-kd", *TRAIN, "--nproc", "2", code=2)
+    assert result.stderr.strip().splitlines() == [
+        "Error: rl-kd runs on one process (its policy takes one REINFORCE step per whole batch, and its phases "
+        "are not sharded); run it without --nproc or torchrun"]
+    assert two_teachers.db_snapshot() == before

@@ -17,8 +17,6 @@ from kamalcli.methods.base import FeatureContext, TeacherOutputs
 from kamalcli.methods.losses import masked_mse, mmd_rbf
 from kamalcli.train.auxiliary import StudentView
 
-import tiny
-
 
 def train_args(assets, epochs=2, lr="5e-3"):
     return ["--student", assets["encoder"], "--epochs", epochs, "--lr", lr, "--batch-size", 16,
@@ -264,18 +262,6 @@ def test_cached_features_are_read_per_batch_and_a_repeat_is_free(two_teachers, a
     probes = len(two_teachers.json("report")["probes"])
     second = two_teachers("amalgamate", "--method", "cfl", "--name", "c2", *train_args(assets, epochs=1))
     assert "Probing" not in second.stderr and "Cached" not in second.stderr and len(two_teachers.json("report")["probes"]) == probes
-
-
-@pytest.fixture
-def same_labels(kamal, assets, trained, tmp_path):
-    """Two tiny teachers over the same labels (news, and news trained on by another seed), labelled transfer."""
-    kamal("add-data", assets["train"], "--name", "train6", "--role", "eval")
-    kamal("train-teacher", "train6", "--labels", "world,sports", "--name", "news2", "--base", assets["encoder"],
-          "--epochs", 4, "--lr", "3e-3", "--batch-size", 16, "--max-length", 32, "--seed", 5)
-    kamal("add-teacher", trained["news"], "--name", "news")
-    rows = [r for r in tiny.topic_rows(["world", "sports"], 40, seed=21)]
-    kamal("add-data", tiny.write_jsonl(tmp_path / "ws.jsonl", rows), "--name", "labelled", "--label-column", "label")
-    return kamal
 
 
 def test_mt_bert_with_gold_labels_and_co_finetuning(same_labels, assets, monkeypatch):

@@ -92,6 +92,7 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
         datasets = {d.id: d for d in store.datasets()}
         probes = store.probes()
         selections = selection_rows(store)
+        policies = policy_selection(store.students())
     probe_rows = []
     for p in probes:
         s = p.summary
@@ -103,8 +104,9 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
             "rmd": s.get("rmd"),
         })
     if as_json:
-        emit_json({"probes": probe_rows, "selection": selections})
+        emit_json({"probes": probe_rows, "selection": selections, "policy_selection": policies})
         return
+    _policy_tables(policies)
     if not probe_rows:
         click.echo("No probes yet: run `kamal probe`.")
         return
@@ -121,6 +123,34 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
             click.echo(f"On {data}, {score} selects the right teacher most often ({pct(best['accuracy'])}%).")
             if score in SUGGESTABLE_SCORES:
                 click.echo(f"  MUKI methods can select with it: kamal amalgamate --method muki-hard --option score={score}")
+
+
+def policy_selection(students) -> list[dict]:
+    """Per student trained by a teacher-selection policy (rl-kd): how often it selected each teacher, per class."""
+    out = []
+    for s in students:
+        info = (s.train or {}).get("objective") or {}
+        if "selection" in info:
+            out.append({"student": s.name, "variant": info.get("variant"), "reward": info.get("reward"),
+                        **info["selection"], "selection_accuracy": info.get("selection_accuracy")})
+    return out
+
+
+def _policy_tables(policies: list[dict]) -> None:
+    for p in policies:
+        teachers = p["teachers"]
+        rows = []
+        for name, counts, none in zip(p["classes"], p["counts"], p["none"]):
+            seen = sum(counts) + none
+            if seen:
+                rows.append((name, *[f"{100 * c / seen:.0f}% ({c})" for c in counts], f"{100 * none / seen:.0f}% ({none})"))
+        table(f"Teacher selection by rl-kd students: {p['student']} ({p['variant']}, reward {p['reward']}; "
+              "per class, each teacher's share of the selections over the alternation's epochs, and their "
+              "number; a row may select several teachers)", ["class", *teachers, "none selected"], rows)
+        accuracy = p.get("selection_accuracy")
+        if accuracy:
+            listed = ", ".join(f"{k} {pct(v)}%" for k, v in accuracy.items())
+            click.echo(f"  Its selected teacher owns the gold label: {listed}.")
 
 
 def _html_report(app: App, path: str, as_json: bool) -> None:

@@ -42,7 +42,7 @@ register(Method("uhc", "the student's probabilities, renormalised over each teac
 
 
 def _feature_method(name: str, module: str, options: type, build: str, summary: str, paper: str, features: str,
-                    labels: str = "no") -> Method:
+                    labels: str = "no", one_process: str = "") -> Method:
     """Feature-level methods need torch: their modules load only when one is built."""
 
     def lazy_build(context, chosen):
@@ -50,7 +50,8 @@ def _feature_method(name: str, module: str, options: type, build: str, summary: 
 
         return getattr(importlib.import_module(f"kamalcli.methods.{module}"), build)(context, chosen)
 
-    return Method(name, summary, options, lazy_build, paper=paper, level="feature", features=features, labels=labels)
+    return Method(name, summary, options, lazy_build, paper=paper, level="feature", features=features, labels=labels,
+                  one_process=one_process)
 
 
 register(_feature_method(
@@ -70,6 +71,15 @@ register(_feature_method(
     "Wu et al., 2021 (label-free variant: kamal)",
     "in the loop, per token (mean-pooled from the probe cache when tokenisers differ, or features=pooled)",
     labels="optional"))
+register(_feature_method(
+    "rl-kd", "rl_kd", fo.RLKDOptions, "build_rl_kd",
+    "a logistic policy per teacher picks, row by row, which teachers the student learns from (their average); "
+    "REINFORCE with a baseline. labels=true: the paper (gold labels, one label set, rewards r1/r2/r3); "
+    "labels=false: kamal's label-free variant (confidences in the state, reward: agreement with muki-hard's "
+    "target on held-out rows)",
+    "Yuan et al., AAAI 2021 (label-free variant: kamal)",
+    "R(x): a frozen encoder's [CLS] vector, cached; teachers' cached outputs", labels="optional",
+    one_process="its policy takes one REINFORCE step per whole batch, and its phases are not sharded"))
 register(Method("ensemble", "baseline, no training: argmax over all teachers' concatenated logits (kamal eval --baseline)",
                 NoOptions, None))
 register(Method("teacher", "baseline, no training: one teacher alone, other labels at zero (kamal eval --baseline teacher:NAME)",

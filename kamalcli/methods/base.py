@@ -66,6 +66,23 @@ class FeatureContext:
     batch_size: int = 32
     say: Callable[[str], None] = print
     phases: object = None            # train.phases.Phases: earlier training phases of the same run
+    student: object = None           # the student model (methods that pre-train it or measure it for a reward)
+    base: str | None = None          # the student's base: a pre-trained, not fine-tuned encoder
+    train_rows: np.ndarray | None = None  # the rows the student trains on (None: all)
+    held_out: np.ndarray | None = None    # held-out transfer rows (label-free model selection), maybe empty
+
+
+def gold_over_one_label_set(context: FeatureContext, method: str) -> np.ndarray:
+    """The transfer rows' gold label ids, for a method's paper setting: labelled rows, teachers over one label set."""
+    outputs = context.outputs
+    if context.gold is None:
+        raise KamalError(f"{method} labels=true needs transfer data with gold labels (add it with --label-column)")
+    if any(list(outputs.space.blocks[t]) != list(range(len(outputs.space))) for t in outputs.teachers):
+        raise KamalError(f"{method} labels=true is the paper's setting: teachers over one label set. For teachers "
+                         "with different label sets use the label-free variant (labels=false)")
+    if (context.gold < 0).any():
+        raise KamalError("some transfer rows have gold labels no teacher knows")
+    return context.gold.astype(np.int64)
 
 
 class Options:
@@ -86,6 +103,7 @@ class Method:
     level: str = "output"        # "feature": build(FeatureContext, options)
     features: str = ""           # where teacher features come from (shown by `kamal methods`)
     labels: str = "no"           # "no", or "optional": gold labels of the transfer rows when asked for
+    one_process: str = ""        # why the method cannot run on several processes (torchrun); "" if it can
 
     @property
     def trains(self) -> bool:

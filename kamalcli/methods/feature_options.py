@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kamalcli.methods.base import Options, require
-from kamalcli.methods.output_level import KDOptions
+from kamalcli.methods.output_level import KDOptions, Score
 
 Source = Literal["tokens", "pooled"]  # tokens: teachers run in the loop; pooled: the probe cache
 
@@ -49,3 +49,44 @@ class MTBertOptions(Options):
         require(not self.co_finetune or self.labels, "co_finetune needs gold labels: add labels=true")
         require(self.co_finetune_epochs >= 1, "co_finetune_epochs must be at least 1")
         require(self.co_finetune_lr is None or 0 < self.co_finetune_lr < 1, "co_finetune_lr must be in (0, 1)")
+
+
+RLReward = Literal["r1", "r2", "r3"]
+
+
+@dataclass(frozen=True)
+class RLKDOptions(Options):
+    """rl-kd: a policy per teacher samples select/skip for every row; REINFORCE with a baseline."""
+
+    labels: bool = False              # the paper: gold labels, teachers over one label set; false: kamal's variant
+    reward: RLReward | None = None    # labels=true: r1 = -CE, r2 = -CE - DL, r3 (default) mixes in held-out accuracy
+    alpha: float = 0.5                # labels=true: alpha * DL + (1 - alpha) * CE
+    gamma: float = 0.5                # r3: gamma * (-CE - DL) + (1 - gamma) * held-out accuracy
+    temperature: float = 1.0
+    policy_lr: float = 1e-2           # Adam on the policy (its own optimiser, checkpointed with the student)
+    baseline_decay: float = 0.9       # the reward baseline: an exponential moving average of past rewards
+    empty: Literal["best", "all", "skip"] = "best"  # a row with no teacher selected learns from ...
+    pretrain_epochs: int = 1          # the student on the average of all teachers first (0: skip)
+    policy_pretrain_epochs: int = 3   # then the policy, the student fixed (0: skip)
+    score: Score = "mc-dropout"       # label-free: the confidences in the state and the reference target
+    encoder: str | None = None        # R(x): a frozen, not fine-tuned encoder; None: the student's base
+
+    def check(self) -> None:
+        require(self.labels or self.reward is None,
+                "reward= chooses among the paper's rewards, which need gold labels (labels=true); the label-free "
+                "variant rewards agreement with the confidence-selected target on held-out rows")
+        require(0 <= self.alpha <= 1, "alpha must be in [0, 1]")
+        require(0 <= self.gamma <= 1, "gamma must be in [0, 1]")
+        require(self.temperature > 0, "temperature must be above 0")
+        require(0 < self.policy_lr < 1, "policy_lr must be in (0, 1)")
+        require(0 <= self.baseline_decay < 1, "baseline_decay must be in [0, 1)")
+        require(self.pretrain_epochs >= 0 and self.policy_pretrain_epochs >= 0, "pre-training epochs must be 0 or more")
+
+    @property
+    def chosen_reward(self) -> str:
+        return (self.reward or "r3") if self.labels else "agreement"
+
+    @property
+    def confidence_score(self) -> str | None:
+        """The probe confidences it reads: only the label-free variant reads any."""
+        return None if self.labels else self.score

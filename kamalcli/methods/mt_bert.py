@@ -25,7 +25,7 @@ from torch import nn
 
 from kamalcli.errors import KamalError
 from kamalcli.features import aligned_layer
-from kamalcli.methods.base import FeatureContext, Objective
+from kamalcli.methods.base import FeatureContext, Objective, gold_over_one_label_set
 from kamalcli.methods.feature_options import MTBertOptions
 from kamalcli.methods.feature_level import FeatureAuxiliary, teacher_features
 from kamalcli.methods.losses import cross_entropy, kl_to_target, masked_mse
@@ -57,14 +57,7 @@ def _output_term(context: FeatureContext, options: MTBertOptions):
     n, N = outputs.num_rows, len(outputs.teachers)
     arrays = {f"p{i}": outputs.probs(i, T).astype(np.float32) for i in range(N)}
     if options.labels:
-        if context.gold is None:
-            raise KamalError("mt-bert labels=true needs transfer data with gold labels (add it with --label-column)")
-        if any(list(outputs.space.blocks[t]) != list(range(len(outputs.space))) for t in outputs.teachers):
-            raise KamalError("mt-bert labels=true is the paper's setting: teachers over one label set. For teachers "
-                             "with different label sets use the label-free variant (labels=false)")
-        if (context.gold < 0).any():
-            raise KamalError("some transfer rows have gold labels no teacher knows")
-        gold = context.gold.astype(np.int64)
+        gold = gold_over_one_label_set(context, "mt-bert")
         ce = np.stack([-np.log(np.clip(outputs.probs(i)[np.arange(n), gold], 1e-30, None)) for i in range(N)], axis=1)
         arrays["gold"] = gold
         arrays["w"] = (1.0 / (1.0 + ce)).astype(np.float32)

@@ -90,10 +90,15 @@ def _muki_common(outputs: TeacherOutputs, options: MukiHardOptions):
     return confidence, padded, weights
 
 
+def hard_target(padded: np.ndarray, confidence: np.ndarray) -> np.ndarray:
+    """(N, n, |Y|) padded teacher distributions -> (n, |Y|): each row's most confident teacher's."""
+    return padded[confidence.argmax(axis=1), np.arange(padded.shape[1])]
+
+
 def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
     confidence, padded, weights = _muki_common(outputs, options)
     chosen = confidence.argmax(axis=1)
-    target = padded[chosen, np.arange(outputs.num_rows)]
+    target = hard_target(padded, confidence)
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     info = {"score": options.confidence_score, "calibrate": options.calibrate,
             "chosen_share": dict(zip(outputs.teachers, share.round(4).tolist()))}

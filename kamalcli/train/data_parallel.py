@@ -38,11 +38,12 @@ class _Forward(nn.Module):
         batch = encoded.batch(index, device)
         out = self.model(**batch, output_hidden_states=self.hidden)
         rows_batch = self.arrays(index, device)
+        if self.auxiliary is not None:  # before the output-level term, which may read what it adds (rl-kd's targets)
+            rows_batch.update(self.auxiliary.batch(index, device))
         loss = output_loss(self.objective, out.logits, rows_batch, self.arrays.weights(index, device))
         view = None
         if self.auxiliary is not None:
             view = StudentView(out.logits, out.hidden_states if self.hidden else None, batch["attention_mask"])
-            rows_batch.update(self.auxiliary.batch(index, device))
             loss = loss + self.auxiliary(view, rows_batch).mean()
         return loss, view, rows_batch
 
