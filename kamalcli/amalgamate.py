@@ -153,7 +153,8 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)
     if method.confidences:  # the others read logits only: any probe at the training length serves them
-        probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=options_need_rmd(options, teachers, request.rmd_fit),
+        need_rmd = options_need_rmd(options, teachers, request.rmd_fit)
+        probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=need_rmd,
                                       max_length=train_config.max_length, reprobe=request.reprobe, say=say)
     kind = "extend" if request.parent else "amalgamate"
     with training_run(workspace, store, kind, name, request.as_json(), resume_run=resume_run,
