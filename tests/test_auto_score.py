@@ -44,3 +44,11 @@ def test_auto_takes_rmd_only_when_every_fit_is_independent_of_the_teachers_own_p
     assert circular.score != "rmd" and circular.agreement["rmd"] == 0.25
     with pytest.raises(ValueError):
         choose_score({})
+
+
+def test_auto_takes_energy_when_the_teachers_know_different_numbers_of_labels():
+    choice = choose_score(confidences(), (), (2, 4))
+    assert choice.score == "energy" and choice.agreement == {}
+    assert choose_score(confidences(), (), (3, 3)).score == "mc-dropout"  # equal counts: the vote
+    scores = {**confidences(), "rmd": confidences()["entropy"]}
+    assert choose_score(scores, ("teacher-train", "labelled"), (2, 4)).score == "rmd"  # an independent RMD first

@@ -95,7 +95,8 @@ def _muki_common(outputs: TeacherOutputs, options: MukiHardOptions):
     if score == "auto":
         from kamalcli.probe.auto_score import choose_score
 
-        choice = choose_score(outputs.confidence, outputs.rmd_sources)
+        choice = choose_score(outputs.confidence, outputs.rmd_sources,
+                              tuple(len(outputs.space.blocks[t]) for t in outputs.teachers))
         score, info["auto"] = choice.score, choice.as_json()
     confidence = outputs.score(score)
     calibrate = options.calibrate

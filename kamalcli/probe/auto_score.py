@@ -1,11 +1,15 @@
 """score=auto: which confidence picks the teacher, chosen per workspace without labels.
 
-Two rules, in order:
+Three rules, in order:
 1. RMD whose Gaussians were fitted on data the teachers did not choose themselves
    (a teacher's own training rows, or labelled rows given with --rmd-fit) for every
    teacher. Distance to each teacher's training distribution is the one score measured
    to separate teachers that are all over-confident out of their domain.
-2. Otherwise, the label-free score whose choices agree most with the majority vote of
+2. Energy when the teachers' label counts differ: max-prob and the entropy-based
+   confidences (normalised by log|Y_i|) have a floor and a scale that depend on the
+   number of labels, so they do not compare a two-label teacher with a four-label one;
+   the log-sum-exp of the logits has no such normalisation.
+3. Otherwise, the label-free score whose choices agree most with the majority vote of
    all label-free scores on the transfer rows (ties: the first in CANDIDATES). One
    score that misbehaves on these teachers, such as RMD fitted on the rows a teacher
    is itself confident on when it picks one teacher for nearly every row, is out-voted
@@ -50,10 +54,14 @@ def majority_vote(choices: np.ndarray, num_teachers: int) -> np.ndarray:
     return votes.argmax(axis=1)
 
 
-def choose_score(confidence: dict[str, np.ndarray], rmd_sources: tuple[str | None, ...] = ()) -> AutoChoice:
-    """confidence: score -> (n, N) on the transfer rows; rmd_sources: per teacher, where its RMD fit came from."""
+def choose_score(confidence: dict[str, np.ndarray], rmd_sources: tuple[str | None, ...] = (),
+                 label_counts: tuple[int, ...] = ()) -> AutoChoice:
+    """confidence: score -> (n, N) on the transfer rows; rmd_sources: per teacher, where its RMD fit came from;
+    label_counts: per teacher, how many labels it knows."""
     if "rmd" in confidence and rmd_sources and all(s in INDEPENDENT_RMD for s in rmd_sources):
         return AutoChoice("rmd", "RMD fitted on in-distribution rows the teachers did not pick themselves", {})
+    if "energy" in confidence and len(set(label_counts)) > 1:
+        return AutoChoice("energy", "the teachers know different numbers of labels", {})
     names = [c for c in CANDIDATES if c in confidence]
     if not names:
         raise ValueError("no confidence score to choose from")

@@ -317,7 +317,8 @@ class Runner:
             ranked = per_teacher_rank(confidence["rmd"])
             out["rmd, per-teacher rank"] = {t.id: ranked[:, i] for i, t in enumerate(teachers)}
         fits = [self.store.rmd_fit_of(probes[t.id].id) for t in teachers]
-        choice = choose_score(confidence, tuple(f.source if f is not None else None for f in fits))
+        choice = choose_score(confidence, tuple(f.source if f is not None else None for f in fits),
+                              tuple(len(t.labels) for t in teachers))
         out[f"auto: {choice.score}"] = {t.id: confidence[choice.score][:, i] for i, t in enumerate(teachers)}
         return out
 
