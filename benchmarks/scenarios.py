@@ -346,7 +346,8 @@ DEFAULT_STUDENT_ROWS = [
     ("vanilla-kd", "vanilla-kd", ()),
     ("uhc", "uhc", ()),
     ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",)),
-    ("kamal's default (muki-hard, score=auto)", "muki-hard", ()),
+    ("muki-hard, score=auto, no re-weighting", "muki-hard", ("reweight=false",)),
+    ("kamal's default (muki-hard: score=auto, re-weighted)", "muki-hard", ()),
 ]
 DEFAULT_STUDENT_SETTINGS = {
     # title: (source workspace, private workspace, {teacher: (labels, base or None)})

@@ -42,7 +42,7 @@ def test_muki_hard_takes_the_most_confident_teacher_and_weights_by_margin():
     assert np.allclose(t[1], np.r_[0, 0, softmax(out.logits[1][1])], atol=1e-6)   # teacher b: 0.7 > 0.3
     assert np.allclose(objective.weights, [0.7, 0.4, 0.0])
     assert m.build(out, m.parse(["paper=true", "reweight=false"])).weights is None
-    assert m.build(out, m.parse(["score=mc-dropout"])).weights is None  # kamal's default: no re-weighting
+    assert np.allclose(m.build(out, m.parse(["score=mc-dropout"])).weights, [0.7, 0.4, 0.0])  # re-weighted by default
 
 
 def test_mc_false_is_the_plain_entropy_ablation():
@@ -73,7 +73,7 @@ def test_rank_calibration_compares_each_teacher_with_itself():
     out = TeacherOutputs(base.space, base.teachers, base.logits, {"mc-dropout": c})
     m = get_method("muki-hard")
     assert m.build(out, m.parse(["paper=true"])).info["chosen_share"] == {"a": 1.0, "b": 0.0}
-    ranked = m.build(out, m.parse(["calibrate=rank", "reweight=true", "score=mc-dropout"]))
+    ranked = m.build(out, m.parse(["calibrate=rank", "score=mc-dropout"]))
     assert ranked.info["calibrate"] == "rank"
     assert ranked.info["chosen_share"] == {"a": 0.6667, "b": 0.3333}  # rounded to 4 places
     assert np.allclose(ranked.arrays["target"][1], np.r_[0, 0, softmax(out.logits[1][1])], atol=1e-6)

@@ -3,7 +3,7 @@
 - muki-hard / muki-soft (Li et al. 2022): confidence c_i = 1 - H(pbar_i)/log|Y_i|
   from MC dropout picks (hard) or weights (soft) the teachers; re-weighting by
   the margin c_max - c_second. That is `paper=true`; kamal's default picks the
-  score per workspace without labels (score=auto) and does not re-weight.
+  score per workspace without labels (score=auto).
 - vanilla-kd (Hinton et al. 2015): softmax over the concatenated logits.
 - uhc (Vongkulbhisal et al. 2019): each teacher matched on its own label block.
 """
@@ -46,9 +46,9 @@ def _kl_loss(temperature: float):
 
 @dataclass(frozen=True)
 class MukiHardOptions(Options):
-    paper: bool = False           # True: the MUKI paper's configuration (MC dropout selects, re-weighting on)
+    paper: bool = False           # True: the MUKI paper's configuration (MC dropout selects the teacher)
     mc: bool = True               # False: plain entropy instead of MC dropout (the paper's ablation)
-    reweight: bool | None = None  # re-weighting rows by the confidence margin; unset: on with paper=true, else off
+    reweight: bool = True         # instance re-weighting by the confidence margin
     score: Score = "auto"         # which confidence picks the teacher; auto: chosen per workspace without labels
     calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
     temperature: float = 1.0      # softens the teachers' distributions and the student's alike
@@ -65,7 +65,7 @@ class MukiHardOptions(Options):
 
     @property
     def reweighted(self) -> bool:
-        return self.paper if self.reweight is None else self.reweight
+        return self.reweight
 
 
 @dataclass(frozen=True)
