@@ -54,8 +54,13 @@ class Profile:
     lr: float
     batch_size: int = 32
 
-    def train_args(self, epochs: int, seed: int = 0) -> list[str]:
-        return ["--epochs", str(epochs), "--lr", str(self.lr), "--batch-size", str(self.batch_size),
+    def train_args(self, epochs: int | None, seed: int = 0) -> list[str]:
+        """epochs None: kamal's default budget (steps with early stopping), named explicitly so that an
+        `epochs` left in an older workspace's kamal.toml does not apply."""
+        from kamalcli.train.loop import DEFAULT_STEPS
+
+        budget = ["--epochs", str(epochs)] if epochs is not None else ["--steps", str(DEFAULT_STEPS)]
+        return [*budget, "--lr", str(self.lr), "--batch-size", str(self.batch_size),
                 "--max-length", str(self.max_length), "--seed", str(seed)]
 
 
@@ -169,10 +174,11 @@ class Bench:
 
     def student(self, ws: Workspace, name: str, method: str, teachers: list[str], seed: int,
                 options: tuple[str, ...] = (), base: str | None = None, data: str = "transfer",
-                extra: tuple[str, ...] = ()) -> dict:
+                extra: tuple[str, ...] = (), default_budget: bool = False) -> dict:
         """Train (unless done) and evaluate one student; returns its test metrics and training time.
 
-        extra: more `kamal amalgamate` arguments (e.g. --mc-exact).
+        extra: more `kamal amalgamate` arguments (e.g. --mc-exact). default_budget: kamal's step budget with
+        early stopping instead of the profile's epochs.
         """
         full = f"{name}-s{seed}"
         if not ws.has_student(full):
@@ -180,28 +186,29 @@ class Bench:
             ws("amalgamate", "--method", method, "--name", full, "--student", base or self.profile.base,
                "--data", data, "--mc-samples", str(self.profile.mc_samples),
                *[a for t in teachers for a in ("--teacher", t)], *[a for o in options for a in ("--option", o)],
-               *self.profile.train_args(self.profile.student_epochs, seed), *extra)
+               *self.profile.train_args(None if default_budget else self.profile.student_epochs, seed), *extra)
         metrics = ws.json("eval", full, "--data", "test")
-        record = next(s for s in ws.json("students") if s["name"] == full)
-        return {**metrics, "train_seconds": record["train"]["seconds"],
-                "examples_per_second": record["train"]["examples_per_second"]}
+        train = next(s for s in ws.json("students") if s["name"] == full)["train"]
+        return {**metrics, "train_seconds": train["seconds"], "examples_per_second": train["examples_per_second"],
+                "steps": train["steps"], "best_step": train["best_step"], "objective": train.get("objective")}
 
-    def supervised(self, seed: int, epochs: int | None = None) -> dict:
+    def supervised(self, seed: int, epochs: int | None = None, default_budget: bool = False) -> dict:
         """The upper bound: the same student fine-tuned on the labelled train split, same budget
-        (epochs: another budget, kept under its own name)."""
+        (epochs: another budget, kept under its own name; default_budget: kamal's step budget)."""
         ws = self.workspace("supervised")
         epochs = epochs or self.profile.student_epochs
         name = f"supervised-s{seed}" if epochs == self.profile.student_epochs else f"supervised-{epochs}ep-s{seed}"
+        name += "-budget" if default_budget else ""
         all_labels = sorted({json.loads(line)["label"] for line in open(ws.root / "data" / "train.jsonl")})
         if not ws.has_teacher(name):
             self.say(f"supervised upper bound, seed {seed}")
             ws("train-teacher", "labelled", "--labels", ",".join(all_labels), "--name", name,
-               "--base", self.profile.base, *self.profile.train_args(epochs, seed))
+               "--base", self.profile.base, *self.profile.train_args(None if default_budget else epochs, seed))
         metrics = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
         run = next(r for r in ws.json("runs") if r["kind"] == "train-teacher" and r["name"] == name
                    and r["status"] == "done")
         return {**metrics, "train_seconds": run["result"]["seconds"],
-                "examples_per_second": run["result"]["examples_per_second"]}
+                "examples_per_second": run["result"]["examples_per_second"], "steps": run["result"]["steps"]}
 
     def baseline(self, ws: Workspace, which: str) -> dict:
         return ws.json("eval", "--baseline", which, "--data", "test")

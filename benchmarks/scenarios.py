@@ -11,19 +11,19 @@ from common import HALF_A, HALF_B, RESULTS, Bench, markdown, pct, summarize, wri
 MUKI_METHODS = [
     ("vanilla-kd", "vanilla-kd", ()),
     ("uhc", "uhc", ()),
-    ("muki-hard", "muki-hard", ()),
-    ("muki-soft", "muki-soft", ()),
+    ("muki-hard", "muki-hard", ("paper=true",)),
+    ("muki-soft", "muki-soft", ("paper=true",)),
 ]
 ABLATIONS = [
-    ("muki-hard w/o MC dropout", "muki-hard", ("mc=false",)),
-    ("muki-hard w/o re-weighting", "muki-hard", ("reweight=false",)),
+    ("muki-hard w/o MC dropout", "muki-hard", ("paper=true", "mc=false")),
+    ("muki-hard w/o re-weighting", "muki-hard", ("paper=true", "reweight=false")),
 ]
-# kamal's own: the teacher picked by relative Mahalanobis distance instead of MC dropout
+# kamal's own: the teacher picked by relative Mahalanobis distance instead of MC dropout (re-weighted, as measured)
 RMD_VARIANTS = [
-    ("muki-hard, RMD selection (kamal)", "muki-hard", ("score=rmd",)),
-    ("muki-soft, RMD selection (kamal)", "muki-soft", ("score=rmd",)),
-    ("muki-hard, per-teacher rank (kamal)", "muki-hard", ("calibrate=rank",)),
-    ("muki-soft, per-teacher rank (kamal)", "muki-soft", ("calibrate=rank",)),
+    ("muki-hard, RMD selection (kamal)", "muki-hard", ("score=rmd", "reweight=true")),
+    ("muki-soft, RMD selection (kamal)", "muki-soft", ("score=rmd", "reweight=true")),
+    ("muki-hard, per-teacher rank (kamal)", "muki-hard", ("score=mc-dropout", "calibrate=rank", "reweight=true")),
+    ("muki-soft, per-teacher rank (kamal)", "muki-soft", ("score=mc-dropout", "calibrate=rank", "reweight=true")),
 ]
 
 
@@ -36,15 +36,18 @@ FEATURE_METHODS = [
 
 
 def _student_rows(bench: Bench, ws, teachers: list[str], methods, base: str | None = None,
-                  tag: str = "") -> tuple[list, dict]:
+                  tag: str = "", default_budget: bool = False) -> tuple[list, dict]:
     rows, payload = [], {}
     for label, method, options in methods:
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", (tag + label).replace("/", "")).strip("-")
-        results = [bench.student(ws, name, method, teachers, seed, options, base) for seed in bench.seeds]
+        results = [bench.student(ws, name, method, teachers, seed, options, base, default_budget=default_budget)
+                   for seed in bench.seeds]
         acc = summarize([r["accuracy"] for r in results])
         f1 = summarize([r["macro_f1"] for r in results])
         payload[label] = {"accuracy": acc, "macro_f1": f1, "train_seconds": [r["train_seconds"] for r in results],
-                          "examples_per_second": [r["examples_per_second"] for r in results]}
+                          "examples_per_second": [r["examples_per_second"] for r in results],
+                          "steps": [r.get("steps") for r in results], "best_step": [r.get("best_step") for r in results],
+                          "objective": [r.get("objective") for r in results]}
         rows.append([label, pct(acc), pct(f1)])
     return rows, payload
 
@@ -475,7 +478,83 @@ def _rl_kd_against_muki(bench: Bench, ws, teachers: list[str]) -> None:
     write_results(bench, payload, table)
 
 
+# -- kamal's default student against its teachers' ensemble (teachers added with add-teacher) ----------------
+
+DEFAULT_STUDENT_ROWS = [
+    ("vanilla-kd", "vanilla-kd", ()),
+    ("uhc", "uhc", ()),
+    ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",)),
+    ("muki-hard, score=auto, no re-weighting", "muki-hard", ("reweight=false",)),
+    ("kamal's default (muki-hard: score=auto, re-weighted)", "muki-hard", ()),
+]
+DEFAULT_STUDENT_SETTINGS = {
+    # title: (source workspace, private workspace, {teacher: (labels, base or None)})
+    "two teachers {5,5}": ("two-halves", "two-halves-private", {"half-a": (HALF_A, None), "half-b": (HALF_B, None)}),
+    "four teachers {2,2,2,4}": ("teachers-4", "teachers-4-private", {
+        "t1-mail-math": (["mail", "math"], None), "t2-games-graphics": (["games", "graphics"], None),
+        "t3-sound-text": (["sound", "text"], None), "t4-admin-net-science-web": (["admin", "net", "science", "web"], None)}),
+    "heterogeneous minilm-l6 + minilm-l3": ("heterogeneous", "heterogeneous-private", {
+        "a-l6": (HALF_A, "minilm-l6"), "b-l3": (HALF_B, "minilm-l3")}),
+}
+
+
+def private_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -> object:
+    """Teachers trained in one workspace, registered in another with `add-teacher`: their training data unknown."""
+    source = bench.workspace(source_key)
+    for name, (labels, base) in teachers.items():
+        bench.teacher(source, name, labels, base=base)
+    ws = bench.workspace(key)
+    folders = {t["name"]: t["path"] for t in source.json("teachers")}
+    for name in teachers:
+        if not ws.has_teacher(name):
+            ws("add-teacher", folders[name], "--name", name, quiet=True)
+    bench.probe(ws)  # cached after the first time; it measures selection with every candidate score again
+    return ws
+
+
+def default_student(bench: Bench) -> None:
+    """Issue 13's figures: kamal's default student (no method options, default step budget with early stopping)
+    against the ensemble, vanilla-kd, uhc and MUKI as published, all with that budget, teachers added with
+    add-teacher; plus every candidate score's selection on the test split and what score=auto chose."""
+    sections, payload = [], {}
+    supervised = [bench.supervised(seed, default_budget=True) for seed in bench.seeds]
+    sup_acc = summarize([r["accuracy"] for r in supervised])
+    sup_f1 = summarize([r["macro_f1"] for r in supervised])
+    payload["supervised"] = {"accuracy": sup_acc, "macro_f1": sup_f1, "steps": [r["steps"] for r in supervised]}
+    for title, (source_key, key, teachers) in DEFAULT_STUDENT_SETTINGS.items():
+        ws = private_workspace(bench, source_key, key, teachers)
+        names = list(teachers)
+        fixed, fixed_payload = _fixed_rows(bench, ws, names, with_teachers=False)
+        students, student_payload = _student_rows(bench, ws, names, DEFAULT_STUDENT_ROWS, default_budget=True,
+                                                  tag="budget ")
+        rows = [["supervised (upper bound, same budget)", pct(sup_acc), pct(sup_f1)], *fixed, *students]
+        selection = _selection(ws)
+        verdict = _targets(fixed_payload, student_payload, selection)
+        sections.append(f"**{title}**\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], rows)
+                        + "\n\n" + _selection_table(selection) + "\n\n" + verdict["text"])
+        payload[title] = {"rows": {**fixed_payload, **student_payload}, "selection": selection, "targets": verdict}
+    write_results(bench, payload, "\n\n".join(sections))
+
+
+def _targets(fixed: dict, students: dict, selection: list[dict]) -> dict:
+    """Issue 13's targets: default >= ensemble, >= 3 points above the best of vanilla-kd and uhc, label-free
+    selection >= 85%."""
+    default = students[DEFAULT_STUDENT_ROWS[-1][0]]["accuracy"]["mean"]
+    ensemble = fixed["ensemble"]["accuracy"]["mean"]
+    best_kd = max(students["vanilla-kd"]["accuracy"]["mean"], students["uhc"]["accuracy"]["mean"])
+    auto = next((s for s in selection if s["score"].startswith("auto")), None)
+    chosen = auto["accuracy"] if auto else None
+    figures = {"default_minus_ensemble": default - ensemble, "default_minus_best_kd": default - best_kd,
+               "auto_selection": chosen, "auto_score": auto["score"] if auto else None}
+    text = (f"Targets: default - ensemble {100 * (default - ensemble):+.1f} points (target >= 0); "
+            f"default - best of vanilla-kd/uhc {100 * (default - best_kd):+.1f} (target >= +3); "
+            + (f"{auto['score']} selects the right teacher {100 * chosen:.1f}% (target >= 85)." if auto else
+               "no score=auto selection row."))
+    return {**figures, "text": text}
+
+
 SCENARIOS = {
+    "default-student": default_student,
     "muki-table": muki_table,
     "selection": selection,
     "more-teachers": more_teachers,

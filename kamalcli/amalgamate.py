@@ -41,6 +41,7 @@ def teacher_outputs(store, teachers, probes) -> "TeacherOutputs":  # noqa: F821
     """The methods' view of N teachers' cached probes on the same rows."""
     from kamalcli.methods.base import TeacherOutputs
     from kamalcli.probe.arrays import ProbeArrays
+    from kamalcli.probe.auto_score import energy
     from kamalcli.probe.figures import SCORES
 
     space = store.label_space(teachers)
@@ -53,7 +54,10 @@ def teacher_outputs(store, teachers, probes) -> "TeacherOutputs":  # noqa: F821
             confidence[score] = np.stack(columns, axis=1)
     if "rmd" in confidence:
         confidence["rmd"] = percentile(confidence["rmd"])
-    return TeacherOutputs(space, tuple(t.name for t in teachers), logits, confidence)
+    confidence["energy"] = percentile(np.stack([energy(z) for z in logits], axis=1))
+    fits = [store.rmd_fit_of(p.id) for p in probes]
+    return TeacherOutputs(space, tuple(t.name for t in teachers), logits, confidence,
+                          tuple(f.source if f is not None else None for f in fits))
 
 
 def percentile(scores: np.ndarray) -> np.ndarray:
@@ -152,7 +156,8 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)
     if reads_confidences(method, options):  # the others read logits only: any probe at the training length serves them
-        probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=options_need_rmd(options),
+        need_rmd = options_need_rmd(options, teachers, request.rmd_fit)
+        probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=need_rmd,
                                       max_length=train_config.max_length, reprobe=request.reprobe, say=say)
     kind = "extend" if request.parent else "amalgamate"
     with training_run(workspace, store, kind, name, request.as_json(), resume_run=resume_run,
@@ -220,7 +225,8 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
         "config": train_config.as_json(), "steps": result.steps, "seconds": result.seconds,
         "examples_per_second": result.examples_per_second, "best_step": result.best_step,
         "best_metric": result.best_metric, "selected_by": result.selected_by or "last step",
-        "history": result.history, "train_rows": int(len(train_rows)), "held_out_rows": int(len(held_out)),
+        "history": result.history, "stopped_early": result.stopped_early, "epochs": result.epochs,
+        "train_rows": int(len(train_rows)), "held_out_rows": int(len(held_out)),
         "objective": objective.info,
     }
     meta = {
@@ -320,7 +326,7 @@ def _teacher_outputs(workspace, store, request, method, options, teachers, datas
 
     runner = Runner(workspace, store, device=train_config.device, batch_size=max(train_config.batch_size, 32),
                     run_id=run_id, options_key=probe_request.options_key, read_only=read_only)
-    need_rmd = options_need_rmd(options)
+    need_rmd = options_need_rmd(options, teachers, request.rmd_fit)
     settings = {t.id: probe_request.settings_for(t) for t in teachers}
     probes = []
     for teacher in teachers:
@@ -383,8 +389,12 @@ def reads_confidences(method, options) -> bool:
     return method.confidences or getattr(options, "confidence_score", None) is not None
 
 
-def options_need_rmd(options) -> bool:
-    return getattr(options, "confidence_score", None) == "rmd"
+def options_need_rmd(options, teachers=(), rmd_fit: str | None = None) -> bool:
+    """score=rmd needs RMD; score=auto uses it only when every fit can be independent of the teachers' own picks."""
+    score = getattr(options, "confidence_score", None)
+    if score == "auto":
+        return bool(teachers) and (rmd_fit is not None or all(t.train_dataset_id is not None for t in teachers))
+    return score == "rmd"
 
 
 def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: int):

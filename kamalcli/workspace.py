@@ -24,7 +24,8 @@ SETTING_TYPES = {
     ("workspace", "seed"): int, ("workspace", "device"): str,
     ("probe", "mc_samples"): int, ("probe", "dropout"): float, ("probe", "batch_size"): int,
     ("probe", "max_length"): int, ("probe", "rmd"): bool, ("probe", "mc_exact"): bool,
-    ("train", "student"): str, ("train", "epochs"): int, ("train", "batch_size"): int, ("train", "lr"): float,
+    ("train", "student"): str, ("train", "epochs"): int, ("train", "steps"): int,
+    ("train", "eval_every"): int, ("train", "patience"): int, ("train", "batch_size"): int, ("train", "lr"): float,
     ("train", "max_length"): int, ("train", "warmup"): float, ("train", "weight_decay"): float,
     ("train", "grad_clip"): float, ("train", "checkpoint_every"): int, ("train", "select_by"): str,
 }

@@ -25,7 +25,9 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     assert hard["labels"] == ["world", "sports", "business", "scitech"]
     assert [t["name"] for t in hard["teachers"]] == ["news", "money"]
     assert all(len(t["fingerprint"]) == 64 and t["probe_id"] for t in hard["teachers"])
-    assert hard["options"] == {"mc": True, "reweight": True, "score": "mc-dropout", "calibrate": "none", "temperature": 1.0}
+    assert hard["options"] == {"paper": False, "mc": True, "reweight": True, "score": "auto", "calibrate": "none",
+                               "temperature": 1.0}
+    assert hard["train"]["objective"]["auto"]["score"] in ("mc-dropout", "entropy", "max-prob", "energy")
     assert hard["select_by"] == "transfer-loss" and hard["train"]["selected_by"] == "transfer-loss"
     assert hard["train"]["held_out_rows"] == 12 and hard["train"]["train_rows"] == 228
     folder = Path(hard["path"])
@@ -183,3 +185,14 @@ def test_predict_needs_text_and_eval_needs_labels(two_teachers, assets, tmp_path
     assert "has no gold labels" in two_teachers("eval", "u", "--data", "pool", code=2).stderr
     assert "has no ONNX export yet" in two_teachers("predict", "u", "hi", "--onnx", code=2).stderr
     assert "a student named 'u' exists already" in two_teachers("amalgamate", "--method", "uhc", "--name", "u", code=2).stderr
+
+
+def test_without_epochs_the_step_budget_applies_and_epochs_win(two_teachers, assets):
+    args = ["--student", str(assets["encoder"]), "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
+    two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "budget", "--steps", "6", *args)
+    two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "epoch", "--steps", "6", "--epochs", "1", *args)
+    students = {s["name"]: s["train"] for s in two_teachers.json("students")}
+    budget, epoch = students["budget"], students["epoch"]
+    assert budget["config"]["epochs"] is None and budget["config"]["steps"] == 6
+    assert budget["steps"] == 6 and budget["stopped_early"] is False  # measured at step 6 only: nothing to stop
+    assert epoch["config"]["epochs"] == 1 and epoch["steps"] == 15  # 228 rows / 16: --epochs wins over --steps

@@ -18,7 +18,7 @@ def test_set_values_keeps_comments_and_other_keys(tmp_path):
                              ("train", "student"): '"minilm-l3"', ("extra", "answer"): "42"})
     config = tomllib.loads(path.read_text())
     assert config["probe"]["mc_samples"] == 8 and config["probe"]["dropout"] == 0.2
-    assert config["train"]["student"] == "minilm-l3" and config["train"]["epochs"] == 1
+    assert config["train"]["student"] == "minilm-l3" and config["train"]["steps"] == 600 and "epochs" not in config["train"]
     assert config["extra"]["answer"] == 42
     assert "# Seed for every random choice" in path.read_text()
 

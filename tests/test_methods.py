@@ -36,18 +36,19 @@ def test_pad_places_each_teacher_in_its_block_and_sums_shared_labels():
 def test_muki_hard_takes_the_most_confident_teacher_and_weights_by_margin():
     out = outputs()
     m = get_method("muki-hard")
-    objective = m.build(out, m.parse([]))
+    objective = m.build(out, m.parse(["paper=true"]))
     t = objective.arrays["target"]
     assert np.allclose(t[0], np.r_[softmax(out.logits[0][0]), 0, 0], atol=1e-6)   # teacher a: 0.9 > 0.2
     assert np.allclose(t[1], np.r_[0, 0, softmax(out.logits[1][1])], atol=1e-6)   # teacher b: 0.7 > 0.3
     assert np.allclose(objective.weights, [0.7, 0.4, 0.0])
-    assert m.build(out, m.parse(["reweight=false"])).weights is None
+    assert m.build(out, m.parse(["paper=true", "reweight=false"])).weights is None
+    assert np.allclose(m.build(out, m.parse(["score=mc-dropout"])).weights, [0.7, 0.4, 0.0])  # re-weighted by default
 
 
 def test_mc_false_is_the_plain_entropy_ablation():
     out = outputs()
     m = get_method("muki-hard")
-    plain = m.build(out, m.parse(["mc=false"]))
+    plain = m.build(out, m.parse(["paper=true", "mc=false"]))
     assert plain.info["score"] == "entropy"
     assert np.allclose(plain.arrays["target"][0, 2:], softmax(out.logits[1][0]), atol=1e-6)  # entropy prefers b
 
@@ -55,7 +56,7 @@ def test_mc_false_is_the_plain_entropy_ablation():
 def test_muki_soft_weights_teachers_by_softmax_of_confidence_over_tau():
     out = outputs()
     m = get_method("muki-soft")
-    t = m.build(out, m.parse(["tau=0.5"])).arrays["target"]
+    t = m.build(out, m.parse(["tau=0.5", "score=mc-dropout"])).arrays["target"]
     w = softmax(out.confidence["mc-dropout"] / 0.5)
     expected = w[:, :1] * np.c_[softmax(out.logits[0]), np.zeros((3, 2))] + w[:, 1:] * np.c_[np.zeros((3, 2)), softmax(out.logits[1])]
     assert np.allclose(t, expected, atol=1e-6)
@@ -71,8 +72,8 @@ def test_rank_calibration_compares_each_teacher_with_itself():
     base = outputs()
     out = TeacherOutputs(base.space, base.teachers, base.logits, {"mc-dropout": c})
     m = get_method("muki-hard")
-    assert m.build(out, m.parse([])).info["chosen_share"] == {"a": 1.0, "b": 0.0}
-    ranked = m.build(out, m.parse(["calibrate=rank"]))
+    assert m.build(out, m.parse(["paper=true"])).info["chosen_share"] == {"a": 1.0, "b": 0.0}
+    ranked = m.build(out, m.parse(["calibrate=rank", "score=mc-dropout"]))
     assert ranked.info["calibrate"] == "rank"
     assert ranked.info["chosen_share"] == {"a": 0.6667, "b": 0.3333}  # rounded to 4 places
     assert np.allclose(ranked.arrays["target"][1], np.r_[0, 0, softmax(out.logits[1][1])], atol=1e-6)
@@ -125,7 +126,8 @@ def test_margin():
     (["tau=abc"], "tau must be a number"),
     (["mc=maybe"], "must be true or false"),
     (["tau=0"], "tau must be above 0"),
-    (["score=magic"], "must be one of mc-dropout, entropy, max-prob, rmd"),
+    (["score=magic"], "must be one of auto, mc-dropout, entropy, max-prob, energy, rmd"),
+    (["paper=true", "score=rmd"], "paper=true selects by MC dropout"),
 ])
 def test_option_errors(pairs, message):
     with pytest.raises(KamalError, match=message):

@@ -101,3 +101,61 @@ def test_schedule_and_data_order():
 def test_bad_settings(field, value, message):
     with pytest.raises(KamalError, match=message):
         TrainConfig(**{field: value}).validate()
+
+
+class ScriptedSelector:
+    """A held-out figure that follows a script, one value per measurement (lower is better)."""
+
+    name = "scripted"
+    higher_is_better = False
+
+    def __init__(self, values):
+        self.values, self.steps = list(values), []
+
+    def measure(self, model):
+        self.steps.append(len(self.steps))
+        return self.values[len(self.steps) - 1]
+
+
+def test_default_budget_is_steps_with_early_stopping():
+    config = TrainConfig()
+    assert config.epochs is None and config.early_stopping
+    assert (config.steps, config.eval_every, config.patience) == (600, 50, 2)
+    assert config.total_steps(steps_per_epoch=63) == 600
+    assert TrainConfig(epochs=4).total_steps(steps_per_epoch=63) == 252  # --epochs wins
+
+
+def test_early_stopping_keeps_the_best_step_and_stops_after_patience(problem, tmp_path):
+    encoded, labels = problem
+    config = TrainConfig(steps=100, eval_every=5, patience=2, batch_size=8, lr=2e-3, seed=5)
+    selector = ScriptedSelector([1.0, 0.5, 0.6, 0.7, 0.1])  # best at the 2nd measurement, then two worse ones
+    result = train(fresh_model(), encoded, supervised_objective(labels), config, tmp_path / "run", selector=selector)
+    assert result.stopped_early
+    assert result.steps == 20 and result.best_step == 10 and result.best_metric == 0.5
+    assert [h["step"] for h in result.history] == [5, 10, 15, 20]
+    assert result.epochs == 2.0  # 20 steps of 10 per epoch (80 rows, batch 8)
+
+
+def test_the_step_budget_runs_out_without_a_selector_and_epochs_win(problem, tmp_path):
+    encoded, labels = problem
+    budget = TrainConfig(steps=12, eval_every=5, batch_size=8, lr=2e-3, seed=5)
+    result = train(fresh_model(), encoded, supervised_objective(labels), budget, tmp_path / "a")
+    assert result.steps == 12 and not result.stopped_early
+    epochs = TrainConfig(epochs=1, steps=3, batch_size=8, lr=2e-3, seed=5)
+    selector = ScriptedSelector([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    result = train(fresh_model(), encoded, supervised_objective(labels), epochs, tmp_path / "b", selector=selector)
+    assert result.steps == 10 and not result.stopped_early  # one epoch of 10 steps: no early stopping with --epochs
+
+
+def test_a_checkpoint_saved_before_the_step_budget_existed_resumes(problem, tmp_path):
+    encoded, labels = problem
+    with pytest.raises(StopRequested):
+        train(fresh_model(), encoded, supervised_objective(labels), CONFIG, tmp_path / "old",
+              on_step=lambda s: (_ for _ in ()).throw(KeyboardInterrupt) if s == 3 else None)
+    path = tmp_path / "old" / checkpoint.FOLDER / "trainer.pt"
+    trainer = torch.load(path, weights_only=True)
+    for key in ("steps", "eval_every", "patience"):
+        del trainer["config"][key]
+    torch.save(trainer, path)
+    result = train(fresh_model(), encoded, supervised_objective(labels), CONFIG, tmp_path / "old", resume=True)
+    assert result.steps == 60

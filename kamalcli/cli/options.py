@@ -9,7 +9,11 @@ from kamalcli.cli.app import App
 
 def train_options(f):
     options = [
-        click.option("--epochs", type=int, help="Passes over the transfer data (default 1)."),
+        click.option("--epochs", type=int,
+                     help="Passes over the data; wins over the default budget of --steps with early stopping."),
+        click.option("--steps", type=int,
+                     help="Without --epochs: train at most this many steps, stopping early once the held-out "
+                          "transfer loss stops improving (default 600)."),
         click.option("--batch-size", type=int, help="Rows per step (default 32)."),
         click.option("--lr", type=float, help="Peak learning rate (default 1e-4)."),
         click.option("--max-length", type=int, help="Tokens per text (default 128)."),
@@ -52,9 +56,18 @@ reprobe_option = click.option(
     help="Probe the teachers again with these settings even though cached probes with other settings exist.")
 
 
-def train_settings(app: App, epochs, batch_size, lr, max_length, seed, checkpoint_every) -> dict:
+def train_settings(app: App, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
+                   default_epochs: int | None = None) -> dict:
+    """default_epochs None: the step budget with early stopping unless --epochs (or kamal.toml) says otherwise."""
+    from kamalcli.train.loop import DEFAULT_EVAL_EVERY, DEFAULT_PATIENCE, DEFAULT_STEPS
+
     return {
-        "epochs": app.setting("train", "epochs", epochs, 1),
+        # --steps on the command line beats an `epochs` in kamal.toml; --epochs beats both
+        "epochs": epochs if epochs is not None or steps is not None else app.setting("train", "epochs", None,
+                                                                                      default_epochs),
+        "steps": app.setting("train", "steps", steps, DEFAULT_STEPS),
+        "eval_every": app.setting("train", "eval_every", default=DEFAULT_EVAL_EVERY),
+        "patience": app.setting("train", "patience", default=DEFAULT_PATIENCE),
         "batch_size": app.setting("train", "batch_size", batch_size, 32),
         "lr": float(app.setting("train", "lr", lr, 1e-4)),
         "max_length": app.setting("train", "max_length", max_length, 128),

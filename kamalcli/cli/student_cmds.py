@@ -45,7 +45,7 @@ def methods(as_json: bool) -> None:
 @distributed_options
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by,
-               mc_samples, rmd_fit, resume, reprobe, mc_exact, epochs, batch_size, lr, max_length, seed, checkpoint_every,
+               mc_samples, rmd_fit, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
                device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli import amalgamate as service
@@ -67,7 +67,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         student=student_base or app.workspace.setting("train", "student", "minilm-l6"),
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"), rmd_fit=rmd_fit,
-        train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
+        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
     with app.job(app.device(device), backend) as store:
@@ -91,7 +91,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
 @distributed_options
 @pass_app
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
-           reprobe, mc_exact, epochs, batch_size, lr, max_length, seed, checkpoint_every, device, backend) -> None:
+           reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, device, backend) -> None:
     """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
     from kamalcli import amalgamate as service
     from kamalcli.extend import extend as run_extend
@@ -99,7 +99,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
     base = service.AmalgamateRequest(
         method=method or "", options=list(options), name=name, data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
-        train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
+        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
     with app.job(app.device(device), backend) as store:
@@ -114,6 +114,7 @@ def _trained(student) -> None:
         f"Trained student {student.name} ({student.method}) over {len(student.labels)} labels in "
         f"{train['seconds']:.0f} s ({train['examples_per_second']:.1f} ex/s, {train['steps']} steps); "
         f"kept step {train['best_step'] or train['steps']} by {train['selected_by']}"
+        + (" (stopped early: it no longer improved)" if train.get("stopped_early") else "")
     )
     click.echo(f"  saved at {student.path}")
     click.echo(f"  next: kamal eval {student.name} --data NAME   |   kamal export {student.name} --onnx")

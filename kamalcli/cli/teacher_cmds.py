@@ -80,7 +80,7 @@ def remove_teacher(app: App, name: str) -> None:
 @train_options
 @distributed_options
 @pass_app
-def train_teacher(app: App, data, labels, name, base, base_layers, resume, epochs, batch_size, lr, max_length, seed,
+def train_teacher(app: App, data, labels, name, base, base_layers, resume, epochs, steps, batch_size, lr, max_length, seed,
                   checkpoint_every, device, backend) -> None:
     """Fine-tune a classifier on a labelled dataset's rows of some labels and register it as a teacher."""
     from kamalcli.teacher_training import TeacherRequest, resume_teacher, train_teacher as run_training
@@ -94,7 +94,8 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
         request = TeacherRequest(
             data=data, labels=split_labels(labels), name=name,
             base=base or app.workspace.setting("train", "student", "minilm-l6"), base_layers=base_layers,
-            train=train_settings(app, epochs, batch_size, lr, max_length, seed, checkpoint_every),
+            train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
+                                 default_epochs=1),
             device=app.device(device),
         )
         with app.job(app.device(device), backend) as store:

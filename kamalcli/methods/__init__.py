@@ -31,9 +31,11 @@ class NoOptions(Options):
     pass
 
 
-register(Method("muki-hard", "each row learns from the teacher MC dropout finds most certain; rows re-weighted by the certainty margin",
+register(Method("muki-hard", "each row learns from the most certain teacher (score=auto: the score chosen without "
+                              "labels; paper=true: MC dropout); rows re-weighted by the certainty margin",
                 ol.MukiHardOptions, ol.build_muki_hard, paper="Li et al., EMNLP 2022", confidences=True))
-register(Method("muki-soft", "each row learns from all teachers, weighted by softmax(certainty / tau); margin re-weighting",
+register(Method("muki-soft", "each row learns from all teachers, weighted by softmax(certainty / tau) "
+                              "(paper=true: MC dropout); margin re-weighting",
                 ol.MukiSoftOptions, ol.build_muki_soft, paper="Li et al., EMNLP 2022", confidences=True))
 register(Method("vanilla-kd", "the student matches softmax over all teachers' concatenated logits",
                 ol.KDOptions, ol.build_vanilla_kd, paper="Hinton et al., 2015"))

@@ -32,6 +32,7 @@ class TeacherOutputs:
     teachers: tuple[str, ...]
     logits: tuple[np.ndarray, ...]        # per teacher, (n, k_i)
     confidence: dict[str, np.ndarray]     # score name -> (n, N): higher = more sure the row is the teacher's
+    rmd_sources: tuple = ()               # per teacher, where its RMD fit came from (score=auto reads it)
 
     @property
     def num_rows(self) -> int:

@@ -2,7 +2,8 @@
 
 - muki-hard / muki-soft (Li et al. 2022): confidence c_i = 1 - H(pbar_i)/log|Y_i|
   from MC dropout picks (hard) or weights (soft) the teachers; re-weighting by
-  the margin c_max - c_second.
+  the margin c_max - c_second. That is `paper=true`; kamal's default picks the
+  score per workspace without labels (score=auto).
 - vanilla-kd (Hinton et al. 2015): softmax over the concatenated logits.
 - uhc (Vongkulbhisal et al. 2019): each teacher matched on its own label block.
 """
@@ -16,7 +17,7 @@ import numpy as np
 
 from kamalcli.methods.base import Objective, Options, TeacherOutputs, require
 
-Score = Literal["mc-dropout", "entropy", "max-prob", "rmd"]
+Score = Literal["auto", "mc-dropout", "entropy", "max-prob", "energy", "rmd"]
 Calibration = Literal["none", "rank"]
 
 
@@ -45,18 +46,26 @@ def _kl_loss(temperature: float):
 
 @dataclass(frozen=True)
 class MukiHardOptions(Options):
+    paper: bool = False           # True: the MUKI paper's configuration (MC dropout selects the teacher)
     mc: bool = True               # False: plain entropy instead of MC dropout (the paper's ablation)
     reweight: bool = True         # instance re-weighting by the confidence margin
-    score: Score = "mc-dropout"   # which confidence picks the teacher (kamal: also max-prob, rmd)
+    score: Score = "auto"         # which confidence picks the teacher; auto: chosen per workspace without labels
     calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
     temperature: float = 1.0      # softens the teachers' distributions and the student's alike
 
     def check(self) -> None:
         require(self.temperature > 0, "temperature must be above 0")
+        require(not self.paper or (self.score in ("auto", "mc-dropout") and self.calibrate == "none"),
+                "paper=true selects by MC dropout without calibration: drop score= and calibrate=")
 
     @property
     def confidence_score(self) -> str:
-        return "entropy" if not self.mc and self.score == "mc-dropout" else self.score
+        score = "mc-dropout" if self.paper else self.score
+        return "entropy" if not self.mc and score == "mc-dropout" else score
+
+    @property
+    def reweighted(self) -> bool:
+        return self.reweight
 
 
 @dataclass(frozen=True)
@@ -82,12 +91,21 @@ def per_teacher_rank(confidence: np.ndarray) -> np.ndarray:
 
 
 def _muki_common(outputs: TeacherOutputs, options: MukiHardOptions):
-    confidence = outputs.score(options.confidence_score)
-    if options.calibrate == "rank":
+    score, info = options.confidence_score, {}
+    if score == "auto":
+        from kamalcli.probe.auto_score import choose_score
+
+        choice = choose_score(outputs.confidence, outputs.rmd_sources,
+                              tuple(len(outputs.space.blocks[t]) for t in outputs.teachers))
+        score, info["auto"] = choice.score, choice.as_json()
+    confidence = outputs.score(score)
+    calibrate = options.calibrate
+    if calibrate == "rank":
         confidence = per_teacher_rank(confidence)
     padded = np.stack([outputs.padded(i, options.temperature) for i in range(len(outputs.teachers))])  # (N, n, |Y|)
-    weights = margin(confidence) if options.reweight else None
-    return confidence, padded, weights
+    weights = margin(confidence) if options.reweighted else None
+    info.update({"score": score, "calibrate": calibrate, "reweight": options.reweighted})
+    return confidence, padded, weights, info
 
 
 def hard_target(padded: np.ndarray, confidence: np.ndarray) -> np.ndarray:
@@ -96,23 +114,21 @@ def hard_target(padded: np.ndarray, confidence: np.ndarray) -> np.ndarray:
 
 
 def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
-    confidence, padded, weights = _muki_common(outputs, options)
+    confidence, padded, weights, info = _muki_common(outputs, options)
     chosen = confidence.argmax(axis=1)
     target = hard_target(padded, confidence)
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
-    info = {"score": options.confidence_score, "calibrate": options.calibrate,
-            "chosen_share": dict(zip(outputs.teachers, share.round(4).tolist()))}
+    info["chosen_share"] = dict(zip(outputs.teachers, share.round(4).tolist()))
     if weights is not None:
         info["mean_weight"] = float(weights.mean())
     return Objective({"target": target.astype(np.float32)}, _kl_loss(options.temperature), weights, info)
 
 
 def build_muki_soft(outputs: TeacherOutputs, options: MukiSoftOptions) -> Objective:
-    confidence, padded, weights = _muki_common(outputs, options)
+    confidence, padded, weights, info = _muki_common(outputs, options)
     w = _softmax(confidence / options.tau, axis=1)              # (n, N)
     target = np.einsum("nt,tny->ny", w, padded)
-    info = {"score": options.confidence_score, "calibrate": options.calibrate,
-            "mean_teacher_weight": dict(zip(outputs.teachers, w.mean(axis=0).round(4).tolist()))}
+    info["mean_teacher_weight"] = dict(zip(outputs.teachers, w.mean(axis=0).round(4).tolist()))
     if weights is not None:
         info["mean_weight"] = float(weights.mean())
     return Objective({"target": target.astype(np.float32)}, _kl_loss(options.temperature), weights, info)

@@ -316,6 +316,25 @@ class Runner:
             for layer in sorted(shared)
         }
 
+    def _label_free_candidates(self, teachers, probes: dict, rows: dict) -> dict[str, dict]:
+        """energy, RMD compared per teacher (its percentile among its own rows), and what score=auto picks here."""
+        from kamalcli.methods.output_level import per_teacher_rank
+        from kamalcli.probe.auto_score import choose_score, energy
+        from kamalcli.probe.figures import SCORES
+
+        out = {"energy": {t.id: energy(ProbeArrays.load(Path(probes[t.id].path)).logits) for t in teachers}}
+        columns = {name: [fn(rows[t.id]) for t in teachers] for name, fn in SCORES.items()}
+        confidence = {name: np.stack(c, axis=1) for name, c in columns.items() if all(x is not None for x in c)}
+        confidence["energy"] = np.stack([out["energy"][t.id] for t in teachers], axis=1)
+        if "rmd" in confidence:
+            ranked = per_teacher_rank(confidence["rmd"])
+            out["rmd, per-teacher rank"] = {t.id: ranked[:, i] for i, t in enumerate(teachers)}
+        fits = [self.store.rmd_fit_of(probes[t.id].id) for t in teachers]
+        choice = choose_score(confidence, tuple(f.source if f is not None else None for f in fits),
+                              tuple(len(t.labels) for t in teachers))
+        out[f"auto: {choice.score}"] = {t.id: confidence[choice.score][:, i] for i, t in enumerate(teachers)}
+        return out
+
     def _gold(self, dataset) -> list[str]:
         """A labelled dataset's gold labels, read once per run."""
         from kamalcli.data import load_dataset_rows
@@ -369,10 +388,9 @@ class Runner:
         if len(teachers) < 2:
             return None
         space = self.store.label_space(teachers)
-        results = selection_table(
-            self._gold(dataset), space, teachers, {t.id: self.store.probe_rows(latest[t.id].id) for t in teachers},
-            self._rmd_other_layers(teachers, latest),
-        )
+        rows = {t.id: self.store.probe_rows(latest[t.id].id) for t in teachers}
+        extra = {**self._rmd_other_layers(teachers, latest), **self._label_free_candidates(teachers, latest, rows)}
+        results = selection_table(self._gold(dataset), space, teachers, rows, extra)
         self.store.replace_selection(dataset.id, self.options_key, [t.name for t in teachers],
                                      [latest[t.id].id for t in teachers], results)
         return results

@@ -75,7 +75,9 @@ def load(workdir: Path, model, optimizer, scheduler, config, auxiliary=None, *, 
         raise KamalError(f"no checkpoint to resume from in {workdir}")
     trainer = torch.load(folder / "trainer.pt", weights_only=True, map_location="cpu")
     saved = {k: v for k, v in trainer["config"].items() if k != "device"}
-    asked = {k: v for k, v in config.as_json().items() if k != "device"}
+    defaults = type(config)().as_json()
+    # settings newer than the checkpoint compare as their defaults (runs saved before they existed resume)
+    asked = {k: v for k, v in config.as_json().items() if k != "device" and (k in saved or v != defaults[k])}
     if saved != asked:
         changed = ", ".join(f"{k} {saved.get(k)} -> {asked.get(k)}" for k in asked if saved.get(k) != asked.get(k))
         raise KamalError(f"cannot resume with different training settings ({changed})")

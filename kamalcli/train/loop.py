@@ -31,9 +31,17 @@ from kamalcli.train.objective import BatchArrays, Objective
 from kamalcli.train import checkpoint
 
 
+DEFAULT_STEPS = 600      # the budget when no --epochs is given: the steps, at most, that training may take
+DEFAULT_EVAL_EVERY = 50  # ...with the held-out loss measured every this many steps
+DEFAULT_PATIENCE = 2     # ...and training stopped after this many measurements without a better one
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 1
+    epochs: int | None = None  # None: a budget of `steps` with early stopping on the selector
+    steps: int = DEFAULT_STEPS
+    eval_every: int = DEFAULT_EVAL_EVERY
+    patience: int = DEFAULT_PATIENCE
     batch_size: int = 32
     lr: float = 1e-4
     max_length: int = 128
@@ -46,7 +54,10 @@ class TrainConfig:
 
     def validate(self) -> None:
         checks = [
-            (self.epochs >= 1, f"--epochs must be at least 1 (got {self.epochs})"),
+            (self.epochs is None or self.epochs >= 1, f"--epochs must be at least 1 (got {self.epochs})"),
+            (self.steps >= 1, f"--steps must be at least 1 (got {self.steps})"),
+            (self.eval_every >= 1, f"eval_every must be at least 1 (got {self.eval_every})"),
+            (self.patience >= 1, f"patience must be at least 1 (got {self.patience})"),
             (self.batch_size >= 1, f"--batch-size must be at least 1 (got {self.batch_size})"),
             (0 < self.lr < 1, f"--lr must be in (0, 1) (got {self.lr})"),
             (self.max_length >= 2, f"--max-length must be at least 2 (got {self.max_length})"),
@@ -60,6 +71,19 @@ class TrainConfig:
 
     def as_json(self) -> dict:
         return asdict(self)
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        return steps_per_epoch * self.epochs if self.epochs is not None else self.steps
+
+    @property
+    def early_stopping(self) -> bool:
+        """With no --epochs, the step budget is a ceiling: training stops once the selector stops improving."""
+        return self.epochs is None
+
+
+def stale_measurements(history: list[dict], best_step: int | None) -> int:
+    """How many selector measurements came after the best one (early stopping counts them)."""
+    return sum(1 for h in history if best_step is not None and h["step"] > best_step)
 
 
 class Selector(Protocol):
@@ -83,13 +107,14 @@ class TrainState:
 @dataclass
 class TrainResult:
     steps: int
-    epochs: int
+    epochs: float
     seconds: float
     examples_per_second: float
     best_step: int | None
     best_metric: float | None
     selected_by: str | None
     history: list[dict]
+    stopped_early: bool = False
 
 
 class StopRequested(KeyboardInterrupt):
@@ -183,7 +208,7 @@ def train(
     optimizer = make_optimizer(model, auxiliary, config)
     clipped = [p for g in optimizer.param_groups for p in g["params"]]
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
-    total = steps_per_epoch * config.epochs
+    total = config.total_steps(steps_per_epoch)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(total, int(config.warmup * total)))
     train_step = TrainStep(model, objective, BatchArrays(objective), world, device)
 
@@ -222,9 +247,10 @@ def train(
     started = time.perf_counter() - state.seconds
     examples_before = state.step * config.batch_size
     order_epoch, order = None, rows
+    stopped_early = False
+    planned = len(rows) * config.epochs if config.epochs is not None else total * config.batch_size
     with _deferred_interrupt() as stop_requested, progress_bar(
-        len(rows) * config.epochs, description, completed=min(examples_before, len(rows) * config.epochs),
-        show=world.main,
+        planned, description, completed=min(examples_before, planned), show=world.main,
     ) as bar:
         while state.step < total:
             epoch, offset = divmod(state.step, steps_per_epoch)
@@ -249,9 +275,21 @@ def train(
             if on_loss is not None:
                 on_loss(state.step, value)
             boundary = state.step % steps_per_epoch == 0 or state.step == total
-            if state.step % config.checkpoint_every == 0 or boundary:
+            if config.early_stopping:
+                measure = state.step % config.eval_every == 0 or state.step == total
+            else:
+                measure = state.step % config.checkpoint_every == 0 or boundary
+            if measure:
                 select()
+            if measure or state.step % config.checkpoint_every == 0 or boundary:
                 save()
+            early = (config.early_stopping and selector is not None and state.step < total
+                     and stale_measurements(state.history, state.best_step) >= config.patience)
+            if config.early_stopping and measure and world.distributed:
+                early = world.broadcast(early)  # rank 0 alone measures: every rank stops after the same step
+            if early:
+                stopped_early = True
+                break
             if on_step is not None:
                 try:
                     on_step(state.step)
@@ -265,13 +303,15 @@ def train(
     if selector is not None and state.best_step is not None:
         checkpoint.load_weights(model, workdir / checkpoint.BEST)
     seconds = state.seconds
+    trained_examples = state.step * config.batch_size if config.early_stopping else config.epochs * len(rows)
     return TrainResult(
         steps=state.step,
-        epochs=config.epochs,
+        epochs=config.epochs if config.epochs is not None else round(state.step / steps_per_epoch, 2),
         seconds=seconds,
-        examples_per_second=config.epochs * len(rows) / max(seconds, 1e-9),
+        examples_per_second=trained_examples / max(seconds, 1e-9),
         best_step=state.best_step,
         best_metric=state.best_metric,
         selected_by=selector.name if selector else None,
         history=state.history,
+        stopped_early=stopped_early,
     )

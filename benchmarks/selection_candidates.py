@@ -1,0 +1,134 @@
+"""Teacher selection by candidate scores kamal does not ship, on a workspace's cached probes (no training).
+
+python benchmarks/selection_candidates.py WORKSPACE [--transfer NAME] [--transfer-gold NAME] [--eval NAME]
+
+For each score: how often the most confident teacher owns the gold label on the eval rows, its AUROC,
+and the same share on the transfer rows (their labels are read here only to measure). Candidates:
+- raw: mc-dropout, entropy, max-prob, energy, max-logit, RMD refitted on the transfer rows each teacher
+  is confident on (kamal's fallback when the teachers' training data is unknown);
+- per teacher: each raw score z-scored, or ranked, over that teacher's own transfer rows;
+- kNN: a row's score averaged with its 10 nearest transfer rows', in a shared embedding (each teacher's
+  last-layer features, centred, unit length, concatenated);
+- cluster: the mean score of the row's cluster (30 k-means clusters of that embedding).
+Uses the newest probe per (teacher, dataset) with K > 1; reads the workspace, writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kamalcli.data import load_dataset_rows  # noqa: E402
+from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
+from kamalcli.probe.auto_score import energy  # noqa: E402
+from kamalcli.probe.calibration import normalised_uncertainty  # noqa: E402
+from kamalcli.probe.rmd import fit_rmd  # noqa: E402
+from kamalcli.probe.runner import pseudo_in_distribution  # noqa: E402
+from kamalcli.probe.selection import selection_quality  # noqa: E402
+from kamalcli.store import Store  # noqa: E402
+from kamalcli.workspace import find_workspace  # noqa: E402
+
+
+def _probe(store, teacher, dataset) -> ProbeArrays:
+    probes = [p for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id) if p.options.get("mc_samples", 1) > 1]
+    if not probes:
+        raise SystemExit(f"no MC-dropout probe of {teacher.name} on {dataset.name}: run `kamal probe` first")
+    return ProbeArrays.load(Path(max(probes, key=lambda p: p.id).path))
+
+
+def raw_scores(arrays: ProbeArrays) -> dict[str, np.ndarray]:
+    probs = arrays.probs()
+    logits = np.asarray(arrays.logits, dtype=np.float64)
+    return {"mc-dropout": 1 - normalised_uncertainty(np.asarray(arrays.mc_probs, dtype=np.float64)),
+            "entropy": 1 - normalised_uncertainty(probs), "max-prob": probs.max(axis=1),
+            "energy": energy(logits), "max-logit": logits.max(axis=1)}
+
+
+def kmeans(x: np.ndarray, k: int, iterations: int = 30, seed: int = 0) -> np.ndarray:
+    """Spherical k-means: unit-length centres."""
+    centres = x[np.random.default_rng(seed).choice(len(x), k, replace=False)]
+    for _ in range(iterations):
+        assigned = (x @ centres.T).argmax(axis=1)
+        centres = np.stack([x[assigned == j].mean(axis=0) if (assigned == j).any() else centres[j] for j in range(k)])
+        centres /= np.linalg.norm(centres, axis=1, keepdims=True) + 1e-12
+    return centres
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workspace")
+    parser.add_argument("--transfer", default="transfer")
+    parser.add_argument("--transfer-gold", default="labelled", help="the same rows as --transfer, with labels")
+    parser.add_argument("--eval", default="test")
+    args = parser.parse_args()
+    store = Store.open(find_workspace(args.workspace))
+    teachers = store.teachers()
+    sets = {"transfer": store.dataset(args.transfer), "eval": store.dataset(args.eval)}
+    gold = {"transfer": load_dataset_rows(store.dataset(args.transfer_gold))[1], "eval": load_dataset_rows(sets["eval"])[1]}
+    if load_dataset_rows(store.dataset(args.transfer_gold))[0] != load_dataset_rows(sets["transfer"])[0]:
+        raise SystemExit(f"{args.transfer_gold} does not hold the rows of {args.transfer}")
+    if any(g is None for g in gold.values()):
+        raise SystemExit("both datasets need labels (to measure; the scores never read them)")
+    owns = {k: np.array([[g in t.labels for t in teachers] for g in gold[k]]) for k in sets}
+    arrays = {k: [_probe(store, t, d) for t in teachers] for k, d in sets.items()}
+    scores = {k: {} for k in sets}
+    for k in sets:
+        for name in raw_scores(arrays[k][0]):
+            scores[k][name] = np.stack([raw_scores(a)[name] for a in arrays[k]], axis=1)
+    layer = {i: max(a.features) for i, a in enumerate(arrays["transfer"])}
+    rmd = {k: [] for k in sets}
+    for i, source in enumerate(arrays["transfer"]):
+        probs = source.probs()
+        keep = pseudo_in_distribution(probs.max(axis=1))
+        features = np.asarray(source.features[layer[i]], dtype=np.float64)
+        model = fit_rmd(features[keep], probs.argmax(axis=1)[keep], features)
+        for k in sets:
+            rmd[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
+    for k in sets:
+        scores[k]["rmd (confident transfer rows)"] = np.stack(rmd[k], axis=1)
+    raw = list(scores["transfer"])
+    for name in raw:
+        base = scores["transfer"][name]
+        mean, std, ordered = base.mean(axis=0), base.std(axis=0) + 1e-12, np.sort(base, axis=0)
+        for k in sets:
+            s = scores[k][name]
+            scores[k][f"{name}, per-teacher z"] = (s - mean) / std
+            scores[k][f"{name}, per-teacher rank"] = np.stack(
+                [np.searchsorted(ordered[:, i], s[:, i], side="right") / len(ordered) for i in range(s.shape[1])], axis=1)
+
+    def embedding(k):
+        parts = []
+        for i, a in enumerate(arrays[k]):
+            f = np.asarray(a.features[layer[i]], dtype=np.float64)
+            f = f - np.asarray(arrays["transfer"][i].features[layer[i]], dtype=np.float64).mean(axis=0)
+            parts.append(f / (np.linalg.norm(f, axis=1, keepdims=True) + 1e-12) / np.sqrt(len(teachers)))
+        return np.concatenate(parts, axis=1)
+
+    shared = {k: embedding(k) for k in sets}
+    centres = kmeans(shared["transfer"], 30)
+    cluster = {k: (shared[k] @ centres.T).argmax(axis=1) for k in sets}
+    for name in ("mc-dropout", "entropy", "max-logit", "mc-dropout, per-teacher z"):
+        for k in sets:
+            similarity = shared[k] @ shared["transfer"].T
+            if k == "transfer":
+                np.fill_diagonal(similarity, -np.inf)
+            nearest = np.argpartition(-similarity, 10, axis=1)[:, :10]
+            scores[k][f"{name}, kNN-10 smoothed"] = 0.5 * scores[k][name] + 0.5 * scores["transfer"][name][nearest].mean(axis=1)
+        means = np.stack([scores["transfer"][name][cluster["transfer"] == j].mean(axis=0)
+                          if (cluster["transfer"] == j).any() else np.zeros(len(teachers)) for j in range(30)])
+        for k in sets:
+            scores[k][f"{name}, per cluster (30)"] = means[cluster[k]]
+    print(f"| score | right teacher on {args.eval} % | AUROC | right teacher on {args.transfer} % |")
+    print("|---|---|---|---|")
+    for name in scores["eval"]:
+        q, t = selection_quality(scores["eval"][name], owns["eval"]), selection_quality(scores["transfer"][name], owns["transfer"])
+        print(f"| {name} | {100 * q['accuracy']:.1f} | {q['auroc']:.3f} | {100 * t['accuracy']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
