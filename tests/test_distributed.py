@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -265,3 +266,18 @@ def test_a_method_that_runs_on_one_process_refuses_several_with_one_line(two_tea
         "Error: rl-kd runs on one process (its policy takes one REINFORCE step per whole batch, and its phases "
         "are not sharded); run it without --nproc or torchrun"]
     assert two_teachers.db_snapshot() == before
+
+
+def test_early_stopping_on_two_processes_stops_every_rank_where_one_process_stops(two_teachers, still_encoder):
+    toml = two_teachers.workspace / "kamal.toml"
+    text = re.sub(r"(?m)^#?\s*eval_every = \d+", "eval_every = 2", toml.read_text())
+    toml.write_text(re.sub(r"(?m)^#?\s*patience = \d+", "patience = 1", text))
+    args = ["--method", "vanilla-kd", "--student", still_encoder, "--steps", "60", "--lr", "5e-2",
+            "--batch-size", "16", "--max-length", "32"]
+    kamal_run(two_teachers.workspace, "amalgamate", *args, "--name", "double", "--nproc", "2")
+    two_teachers("amalgamate", *args, "--name", "single")
+    train = {s["name"]: s["train"] for s in two_teachers.json("students")}
+    assert len(train["single"]["history"]) >= 2  # it measured, so the ranks had decisions to agree on
+    for key in ("steps", "best_step", "stopped_early"):
+        assert train["double"][key] == train["single"][key], key
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "double"] == ["done"]

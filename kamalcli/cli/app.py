@@ -90,6 +90,7 @@ class App:
                 store = stack.enter_context(self.writer())
             except KamalError as e:
                 world.broadcast(e.exit_code)
+                distributed.leave()  # a process group left alive at exit aborts the process (SIGABRT)
                 raise
             world.broadcast(None)
             stack.callback(distributed.stop_workers, world)
