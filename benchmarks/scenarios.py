@@ -513,7 +513,7 @@ def private_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -
 
 
 def default_student(bench: Bench) -> None:
-    """Issue 13's figures: kamal's default student (no method options, default step budget with early stopping)
+    """Kamal's default student (no method options, default step budget with early stopping)
     against the ensemble, vanilla-kd, uhc and MUKI as published, all with that budget, teachers added with
     add-teacher; plus every candidate score's selection on the test split and what score=auto chose."""
     sections, payload = [], {}
@@ -537,7 +537,7 @@ def default_student(bench: Bench) -> None:
 
 
 def _targets(fixed: dict, students: dict, selection: list[dict]) -> dict:
-    """Issue 13's targets: default >= ensemble, >= 3 points above the best of vanilla-kd and uhc, label-free
+    """The targets: default >= ensemble, >= 3 points above the best of vanilla-kd and uhc, label-free
     selection >= 85%."""
     default = students[DEFAULT_STUDENT_ROWS[-1][0]]["accuracy"]["mean"]
     ensemble = fixed["ensemble"]["accuracy"]["mean"]
