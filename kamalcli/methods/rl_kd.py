@@ -140,8 +140,9 @@ class TeacherSelection(Auxiliary):
     def choose(self, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(states, actions, target) for these rows, sampled from the policy."""
         states = self.states[index]
-        actions = self.policy.sample(states)
-        target = selected_average(self.padded[:, index], actions, self.policy.probabilities(states), self.empty)
+        probabilities = self.policy.probabilities(states)
+        actions = self.policy.sample(probabilities)
+        target = selected_average(self.padded[:, index], actions, probabilities, self.empty)
         return states, actions, target
 
     def batch(self, index: np.ndarray, device) -> dict[str, torch.Tensor]:

@@ -33,10 +33,9 @@ class TeacherPolicy(nn.Module):
         """(B, D) states -> (B, N) probabilities of selecting each teacher."""
         return torch.sigmoid(states @ self.weight.T + self.bias)
 
-    def sample(self, states: torch.Tensor) -> torch.Tensor:
-        """(B, N) actions in {0, 1}, drawn from the policy's own generator (checkpointed)."""
-        probs = self.probabilities(states).cpu()
-        return torch.bernoulli(probs, generator=self.generator).to(states.device)
+    def sample(self, probabilities: torch.Tensor) -> torch.Tensor:
+        """(B, N) actions in {0, 1} for these probabilities, drawn from the policy's own generator (checkpointed)."""
+        return torch.bernoulli(probabilities.cpu(), generator=self.generator).to(probabilities.device)
 
     def gradient(self, states: torch.Tensor, actions: torch.Tensor, advantage: float) -> tuple[torch.Tensor, torch.Tensor]:
         """advantage * mean over rows of grad log pi(actions | states), for (weight, bias)."""

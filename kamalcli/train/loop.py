@@ -283,13 +283,14 @@ def train(
                 select()
             if measure or state.step % config.checkpoint_every == 0 or boundary:
                 save()
-            early = (config.early_stopping and selector is not None and state.step < total
-                     and stale_measurements(state.history, state.best_step) >= config.patience)
-            if config.early_stopping and measure and world.distributed:
-                early = world.broadcast(early)  # rank 0 alone measures: every rank stops after the same step
-            if early:
-                stopped_early = True
-                break
+            if config.early_stopping and measure:  # only a measurement can make the selector's history stale
+                early = (selector is not None and state.step < total
+                         and stale_measurements(state.history, state.best_step) >= config.patience)
+                if world.distributed:
+                    early = world.broadcast(early)  # rank 0 alone measures: every rank stops after the same step
+                if early:
+                    stopped_early = True
+                    break
             if on_step is not None:
                 try:
                     on_step(state.step)
