@@ -51,28 +51,36 @@ def _peak_rss_mb(ws: Workspace, args: list[str]) -> tuple[float, float]:
 
 
 def _mc_floor(folder: str, texts: list[str], max_length: int) -> dict:
-    """Median time of one eval-mode and one MC (dropout sampling) forward pass over 32 rows."""
+    """Median time of one forward pass over 32 rows: eval mode, dropout with torch's masks, the probe's dropout pass."""
     import torch
 
     from kamalcli.batching import encode
     from kamalcli.modeling import disable_mc_dropout, enable_mc_dropout, load_classifier, load_tokenizer
+    from kamalcli.probe.dropout_masks import dropout_passes
 
     model = load_classifier(folder)
     batch = encode(load_tokenizer(folder), texts, max_length).batch(range(len(texts)))
-    times = {"eval": [], "mc": []}
+    times = {"eval": [], "torch": [], "probe": []}
     with torch.inference_mode():
         for i in range(23):
-            for mode in ("eval", "mc"):
-                enable_mc_dropout(model) if mode == "mc" else disable_mc_dropout(model)
-                start = time.perf_counter()
-                model(**batch)
+            for mode in times:  # turn about, so a drift in load touches each alike
+                if mode == "probe":
+                    with dropout_passes(model, None, "cpu"):
+                        start = time.perf_counter()
+                        model(**batch)
+                else:
+                    enable_mc_dropout(model) if mode == "torch" else disable_mc_dropout(model)
+                    start = time.perf_counter()
+                    model(**batch)
                 if i >= 3:
                     times[mode].append(time.perf_counter() - start)
     disable_mc_dropout(model)
-    return {"eval_forward_s": statistics.median(times["eval"]), "train_mode_forward_s": statistics.median(times["mc"])}
+    return {"eval_forward_s": statistics.median(times["eval"]),
+            "torch_dropout_forward_s": statistics.median(times["torch"]),
+            "probe_dropout_forward_s": statistics.median(times["probe"])}
 
 
-PROBE_ROUNDS = 3
+PROBE_ROUNDS = 5
 
 
 def _probe_throughput(bench: Bench, teachers: dict[str, str], train: list[dict]) -> tuple[dict, Workspace, list]:
@@ -99,6 +107,9 @@ def _probe_throughput(bench: Bench, teachers: dict[str, str], train: list[dict])
             seconds.setdefault(label, []).append(probe["seconds"])
             passes.setdefault(label, []).append(probe.get("mc_passes_mean"))
     figures["probe_seconds_per_round"] = seconds
+    per_round = {label: [t / k1 for t, k1 in zip(seconds[label], seconds["K=1"])]
+                 for label in ("K=16 exact sequential", "K=16 default (adaptive)")}
+    spread = {label: f"{min(r):.1f}-{max(r):.1f}x per round" for label, r in per_round.items()}
     seconds = {k: statistics.median(v) for k, v in seconds.items()}
     passes = {k: v[-1] if v[-1] is None else statistics.mean(v) for k, v in passes.items()}
     figures["probe_examples_per_second"] = {k: 256 / v for k, v in seconds.items()}
@@ -107,19 +118,26 @@ def _probe_throughput(bench: Bench, teachers: dict[str, str], train: list[dict])
     figures["probe_default_mean_passes"] = passes["K=16 default (adaptive)"]
     figures["probe_batched_over_sequential_time"] = seconds["K=16 exact batched"] / seconds["K=16 exact sequential"]
     figures["mc_floor"] = _mc_floor(teachers["half-a"], [r["text"] for r in rows[:32]], bench.profile.max_length)
-    floor_rate = 32 / (16 * figures["mc_floor"]["train_mode_forward_s"] + figures["mc_floor"]["eval_forward_s"])
+    floor = figures["mc_floor"]
+    floor_rate = 32 / (16 * floor["probe_dropout_forward_s"] + floor["eval_forward_s"])
     figures["probe_k16_over_floor_time"] = floor_rate / figures["probe_examples_per_second"]["K=16 exact sequential"]
     rate = figures["probe_examples_per_second"]
     rows_md = [
         ["probe, K = 1", f"{rate['K=1']:.1f} ex/s", ""],
         ["probe, K = 16 exact (sequential)", f"{rate['K=16 exact sequential']:.1f} ex/s",
-         (f"{figures['probe_k16_over_k1_time']:.1f}x the time of K = 1; {figures['probe_k16_over_floor_time']:.2f}x the "
-          f"floor, 16 dropout-mode + 1 eval forwards timed alone ({1e3 * figures['mc_floor']['train_mode_forward_s']:.0f} + "
-          f"{1e3 * figures['mc_floor']['eval_forward_s']:.0f} ms per 32 rows)")],
+         (f"{figures['probe_k16_over_k1_time']:.1f}x the time of K = 1 ({spread['K=16 exact sequential']}); "
+          f"{figures['probe_k16_over_floor_time']:.2f}x the "
+          f"floor, 16 dropout + 1 eval forwards timed alone ({1e3 * floor['probe_dropout_forward_s']:.0f} + "
+          f"{1e3 * floor['eval_forward_s']:.0f} ms per 32 rows)")],
+        ["one dropout pass, 32 rows", f"{1e3 * floor['probe_dropout_forward_s']:.0f} ms",
+         (f"{floor['probe_dropout_forward_s'] / floor['eval_forward_s']:.2f}x an eval pass; with torch's own dropout "
+          f"masks {1e3 * floor['torch_dropout_forward_s']:.0f} ms, "
+          f"{floor['torch_dropout_forward_s'] / floor['eval_forward_s']:.2f}x")],
         ["probe, K = 16 exact (batched)", f"{rate['K=16 exact batched']:.1f} ex/s",
          f"{figures['probe_batched_over_sequential_time']:.2f}x the time of sequential"],
         ["probe, K = 16 default (adaptive)", f"{rate['K=16 default (adaptive)']:.1f} ex/s",
-         f"{figures['probe_default_k16_over_k1_time']:.1f}x the time of K = 1 (exact: {figures['probe_k16_over_k1_time']:.1f}x); "
+         f"{figures['probe_default_k16_over_k1_time']:.1f}x the time of K = 1 ({spread['K=16 default (adaptive)']}; "
+         f"exact: {figures['probe_k16_over_k1_time']:.1f}x); "
          f"{figures['probe_default_mean_passes']:.1f} dropout passes per row on average"],
     ]
     return figures, ws, rows_md
@@ -199,6 +217,9 @@ def speed(bench: Bench) -> None:
     side = probe_side_by_side(bench, source)
     figures["default_vs_exact"] = side
 
+    # 7. the demo's total time with either probe
+    figures["demo"], demo_rows = _demo_figures(bench)
+
     rows_md = [
         *probe_rows,
         ["repeated probe (cache hit)", f"{hit_command:.2f} s whole command", f"{hit_in_process:.2f} s inside the process"],
@@ -208,6 +229,7 @@ def speed(bench: Bench) -> None:
         ["supervised fine-tuning, 1 epoch", f"{figures['supervised_examples_per_second']:.1f} ex/s",
          f"amalgamate / supervised time per epoch: {figures['amalgamate_over_supervised_time_per_epoch']:.2f}"],
         ["kamal --help", f"{figures['help_seconds_median']:.2f} s", "median of 7"],
+        *demo_rows,
     ]
     for engine, r in onnx.items():
         acc = "-" if r.get("accuracy") is None else f"{100 * r['accuracy']:.1f}% test accuracy"
@@ -221,16 +243,21 @@ def speed(bench: Bench) -> None:
 SIDE_BY_SIDE_ROWS = {"transfer": 800, "test": 400}  # small enough to probe twice on a shared 2-core machine
 
 
-def _side_by_side_workspace(bench: Bench, source: Workspace) -> Workspace:
-    """The two-halves teachers (added as folders) over the first rows of the profile's transfer and test sets."""
-    root = WORK / f"{bench.profile.name}-probe-check"
+def _side_by_side_workspace(bench: Bench, source: Workspace, probe_seed: int = 0) -> Workspace:
+    """The two-halves teachers (added as folders) over the first rows of the profile's transfer and test sets.
+
+    probe_seed: the workspace seed, which seeds the probe's dropout masks (students get theirs from --seed).
+    """
+    root = WORK / (f"{bench.profile.name}-probe-check" + (f"-seed{probe_seed}" if probe_seed else ""))
     ws = Workspace(root)
     if (root / ".kamal").is_dir():
         return ws
     from kamalcli.cli import cli
+    from kamalcli.workspace import set_config_values
 
     cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
     bench._configure(root)
+    set_config_values(root / "kamal.toml", {("workspace", "seed"): str(probe_seed)})
     (root / "data").mkdir(exist_ok=True)
     for name, n in SIDE_BY_SIDE_ROWS.items():
         split = "train" if name == "transfer" else "test"
@@ -241,6 +268,16 @@ def _side_by_side_workspace(bench: Bench, source: Workspace) -> Workspace:
     for t in source.json("teachers"):
         ws("add-teacher", t["path"], "--name", t["name"], quiet=True)
     return ws
+
+
+def _selection_by_score(report: dict, options_key: str) -> dict:
+    """The test split's selection rows of one probe setting by score; `auto: X` under "auto", X as its choice."""
+    rows = {}
+    for s in report["selection"]:
+        if s["data"] == "test" and s["options_key"] == options_key:
+            auto = s["score"].startswith("auto:")
+            rows["auto" if auto else s["score"]] = {**s, "chose": s["score"].split(": ", 1)[1] if auto else None}
+    return rows
 
 
 def probe_side_by_side(bench: Bench, source: Workspace) -> dict:
@@ -258,8 +295,7 @@ def probe_side_by_side(bench: Bench, source: Workspace) -> dict:
     keys = {mode: ProbeRequest(mc_samples=k, max_length=length, mc_exact=mode == "exact").options_key
             for mode in ("exact", "default")}
     report = ws.json("report")
-    selection = {mode: {s["score"]: s for s in report["selection"] if s["data"] == "test" and s["options_key"] == key}
-                 for mode, key in keys.items()}
+    selection = {mode: _selection_by_score(report, key) for mode, key in keys.items()}
     probes = {}
     for p in report["probes"]:
         if p["data"] == "test" and p["mc_samples"] == k and p["max_length"] == length:
@@ -268,19 +304,24 @@ def probe_side_by_side(bench: Bench, source: Workspace) -> dict:
     ws("probe", "--data", "test", "--mc-samples", str(k), "--max-length", str(length), "--mc-exact", "--seed", "1",
        quiet=True)
     other_key = ProbeRequest(mc_samples=k, max_length=length, seed=1, mc_exact=True).options_key
-    selection["exact, seed 1"] = {s["score"]: s for s in ws.json("report")["selection"]
-                                  if s["data"] == "test" and s["options_key"] == other_key}
-    students = {"exact": [], "default": []}
+    selection["exact, seed 1"] = _selection_by_score(ws.json("report"), other_key)
+    # students: the same seeds from the default probe, the exact one, and the exact one with other masks (the noise
+    # a student inherits from its probe's sampling alone)
+    other = _side_by_side_workspace(bench, source, probe_seed=1)
+    arms = (("exact", ws, ("--mc-exact",)), ("default", ws, ()), ("exact, other masks", other, ("--mc-exact",)))
+    students = {mode: [] for mode, _, _ in arms}
     for seed in bench.seeds:
-        for mode, extra in (("exact", ("--mc-exact",)), ("default", ())):
-            result = bench.student(ws, f"probe-{mode}-muki-hard", "muki-hard", ["half-a", "half-b"], seed, extra=extra)
+        for mode, where, extra in arms:
+            result = bench.student(where, f"probe-{mode.split(',')[0]}-muki-hard", "muki-hard", ["half-a", "half-b"],
+                                   seed, extra=extra)
             students[mode].append(result["accuracy"])
     rows = []
     for score in selection["exact"]:
         e, d = selection["exact"][score], selection["default"].get(score, {})
         auroc = lambda r: "-" if r.get("auroc") is None else f"{r['auroc']:.3f}"  # noqa: E731
         o = selection["exact, seed 1"].get(score, e)
-        rows.append([f"selection by {score}", f"{100 * e['accuracy']:.1f} / {100 * d['accuracy']:.1f}",
+        label = score if score != "auto" else f"auto ({e['chose']} / {d['chose']})"
+        rows.append([f"selection by {label}", f"{100 * e['accuracy']:.1f} / {100 * d['accuracy']:.1f}",
                      f"{100 * (d['accuracy'] - e['accuracy']):+.1f} points (exact with other masks: "
                      f"{100 * (o['accuracy'] - e['accuracy']):+.1f}); AUROC {auroc(e)} / {auroc(d)} ({auroc(o)})"])
     for teacher in ("half-a", "half-b"):
@@ -290,18 +331,51 @@ def probe_side_by_side(bench: Bench, source: Workspace) -> dict:
                      f"mean MC confidence {1 - e['mean_mc_uhat']:.3f} / {1 - d['mean_mc_uhat']:.3f}; "
                      f"{d.get('mc_passes_mean', 0):.1f} passes per row (default)"])
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    per_seed = lambda arm: ", ".join(f"{100 * (d - e):+.1f}" for e, d in zip(students["exact"], students[arm]))  # noqa: E731
     delta = mean(students["default"]) - mean(students["exact"])
+    noise = mean(students["exact, other masks"]) - mean(students["exact"])
     rows.append([f"muki-hard student accuracy, seeds {','.join(map(str, bench.seeds))}",
                  f"{100 * mean(students['exact']):.1f} / {100 * mean(students['default']):.1f}",
-                 f"{100 * delta:+.1f} points (per seed: "
-                 + ", ".join(f"{100 * (d - e):+.1f}" for e, d in zip(students["exact"], students["default"])) + ")"])
+                 f"{100 * delta:+.1f} points (per seed: {per_seed('default')}); exact with other masks: "
+                 f"{100 * noise:+.1f} (per seed: {per_seed('exact, other masks')})"])
     sizes = ", ".join(f"{n} {name} rows" for name, n in SIDE_BY_SIDE_ROWS.items())
     table = (f"The default (adaptive) probe against the exact one (K = {k}, two-halves teachers, {sizes}):\n\n"
              + markdown(["what", "exact / default", "difference"], rows))
     return {"selection": selection, "students": students, "student_accuracy_delta": delta,
+            "exact_other_masks_student_accuracy_delta": noise,
             "selection_delta": {s: selection["default"][s]["accuracy"] - selection["exact"][s]["accuracy"]
                                 for s in selection["exact"] if s in selection["default"]},
             "exact_other_masks_selection_delta": {
                 s: selection["exact, seed 1"][s]["accuracy"] - selection["exact"][s]["accuracy"]
                 for s in selection["exact"] if s in selection["exact, seed 1"]},
             "table": table}
+
+
+def demo_time(bench: Bench) -> None:
+    figures, rows = _demo_figures(bench)
+    write_results(bench, {"demo": figures}, markdown(["what", "figure", "note"], rows))
+
+
+def _demo_figures(bench: Bench) -> tuple[dict, list]:
+    """`kamal demo` with the exact probe and with the default one, back to back: total and probing minutes."""
+    import os
+    import re
+    import shutil
+
+    rows, figures = [], {}
+    for label, flags in (("exact probe (--mc-exact)", ["--mc-exact"]), ("default (adaptive) probe", [])):
+        target = WORK / f"demo-{'exact' if flags else 'default'}"
+        shutil.rmtree(target, ignore_errors=True)
+        bench.say(f"kamal demo, {label}")
+        load = os.getloadavg()[0]
+        done = subprocess.run([*KAMAL, "demo", "--dir", str(target), *flags], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"kamal demo {' '.join(flags)} failed:\n{done.stderr[-2000:]}")
+        took = re.search(r"The demo took ([\d.]+) minutes, ([\d.]+) of them probing", done.stdout)
+        accuracy = re.search(r"muki-hard\s*[│|]\s*([\d.]+)", done.stdout)
+        figures[label] = {"minutes": float(took.group(1)), "probe_minutes": float(took.group(2)),
+                          "load_before": load, "muki_hard_accuracy": accuracy and float(accuracy.group(1))}
+    for label, f in figures.items():
+        rows.append([f"kamal demo, {label}", f"{f['minutes']:.1f} min", f"probing {f['probe_minutes']:.1f} min; "
+                     f"muki-hard {f['muki_hard_accuracy']}%; load average {f['load_before']:.1f} at its start"])
+    return figures, rows

@@ -85,7 +85,7 @@ def test_cache_keys_never_mix_exact_and_adaptive():
     exact, adaptive = ProbeSettings(mc_samples=16, mc_exact=True), ProbeSettings(mc_samples=16)
     # the exact probe's fields are those of probes made before the adaptive one: old caches stay valid
     assert exact.cache_fields() == {"mc_samples": 16, "dropout": None, "max_length": 128, "layers": [], "seed": 0}
-    assert adaptive.cache_fields()["mc_adaptive"] == {"tolerance": 0.03, "min_passes": 3}
+    assert adaptive.cache_fields()["mc_adaptive"] == {"tolerance": 0.03, "min_passes": 2}
     assert ProbeSettings(mc_samples=16, mc_tolerance=0.01).cache_fields() != adaptive.cache_fields()
     assert ProbeSettings(mc_samples=1).cache_fields() == ProbeSettings(mc_samples=1, mc_exact=True).cache_fields()
     keys = {ProbeRequest(mc_samples=16, mc_exact=e).options_key for e in (True, False)}

@@ -17,3 +17,12 @@ def test_demo_end_to_end_on_a_tiny_base(assets, tmp_path):
     assert 'lr = 3e-4' in (target / "kamal.toml").read_text()
     again = Kamal(None)("demo", "--dir", target, code=2)
     assert "exists and is not empty" in again.stderr
+
+
+def test_demo_with_the_exact_probe(assets, tmp_path):
+    target = tmp_path / "demo"
+    result = Kamal(None)("demo", "--dir", target, "--base", assets["encoder"], "--mc-exact")
+    assert "mc_exact = true" in (target / "kamal.toml").read_text()
+    probes = Kamal(target).json("report")["probes"]
+    assert probes and all(p.get("mc_estimator") == "exact" for p in probes if p["mc_samples"] > 1)
+    assert "of them probing" in result.stdout

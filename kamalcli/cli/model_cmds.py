@@ -30,11 +30,12 @@ def models(as_json: bool) -> None:
               help="Where to build the demo workspace.")
 @click.option("--force", is_flag=True, help="Reuse a non-empty folder (an old workspace there is moved aside).")
 @click.option("--base", default="minilm-l6", show_default=True, help="Base model for teachers and students.")
-def demo(target: str, force: bool, base: str) -> None:
+@click.option("--mc-exact", is_flag=True, help="Probe with the paper's K passes of every row instead of the adaptive default.")
+def demo(target: str, force: bool, base: str, mc_exact: bool) -> None:
     """The whole pipeline on real data shipped with kamal: teachers, probe, amalgamate, eval, ONNX."""
     from kamalcli.demo import run_demo
 
-    run_demo(Path(target), force=force, base=base)
+    run_demo(Path(target), force=force, base=base, mc_exact=mc_exact)
 
 
 COMMANDS = [models, demo]

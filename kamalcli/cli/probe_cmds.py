@@ -24,7 +24,7 @@ from kamalcli.cli.render import emit_json, json_option, note, pct, table
               help="With --mc-exact: K passes one after another (fast on CPU) or one K-times batch (fast on GPU).")
 @click.option("--mc-exact/--mc-adaptive", default=None,
               help="K full fp32 passes of every row (the paper's probe), or the default: each row until its "
-                   "confidence converges (at least 3 passes, at most K).")
+                   "confidence converges (at least 2 passes, at most K).")
 @click.option("--seed", type=int, help="Seed for the dropout masks (default: the workspace seed).")
 @distributed_options
 @pass_app

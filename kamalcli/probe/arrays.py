@@ -21,7 +21,7 @@ class ProbeSettings:
     feature_dtype: str = "float32"  # float16 for the features feature-level methods read per batch
     mc_exact: bool = False         # K full fp32 passes of every row (the paper's estimator)
     mc_tolerance: float = 0.03     # adaptive: a row stops once its confidence is this close (probe/adaptive.py)
-    mc_min_passes: int = 3         # adaptive: passes every row takes before it may stop
+    mc_min_passes: int = 2         # adaptive: passes every row takes before it may stop
 
     @property
     def adaptive(self) -> bool:

@@ -4,8 +4,8 @@ The teacher runs once; arrays stream into .npy files in chunks (memory does
 not grow with the dataset), in a folder that is renamed into place only when
 complete.
 
-MC dropout: forward passes with dropout sampling (modeling.enable_mc_dropout),
-pbar = mean softmax(z^(k)). K = 1 means no sampling: pbar is the
+MC dropout: forward passes with dropout sampling (modeling.enable_mc_dropout;
+on a CPU with the cheaper masks of probe/dropout_masks.py), pbar = mean softmax(z^(k)). K = 1 means no sampling: pbar is the
 deterministic softmax (the paper's "w/o MC dropout").
 
 The exact probe (settings.mc_exact) takes K full fp32 passes of every row, in
@@ -31,6 +31,7 @@ from kamalcli.batching import Encoded, inference_batches
 from kamalcli.errors import KamalError
 from kamalcli.modeling import disable_mc_dropout, enable_mc_dropout
 from kamalcli.probe.adaptive import adaptive_mc_mean
+from kamalcli.probe.dropout_masks import dropout_passes
 from kamalcli.probe.arrays import ProbeSettings
 
 GROUP_BATCHES = 8  # the adaptive probe samples this many batches' rows together, re-batching as rows stop
@@ -103,6 +104,7 @@ def run_teacher(
         for layer in settings.layers
     }
     model.to(device)
+    disable_mc_dropout(model)  # the deterministic pass; dropout_passes samples and restores eval mode
     torch.manual_seed(settings.seed + (part[0] if part else 0))
     k = settings.mc_samples
     adaptive = k > 1 and not settings.mc_exact
@@ -112,7 +114,6 @@ def run_teacher(
             for index in group:
                 batch = encoded.batch(index, device)
                 at = local[index]
-                disable_mc_dropout(model)
                 out = model(**batch, output_hidden_states=bool(settings.layers))
                 logits = out.logits.float()
                 logits_out[at] = logits.cpu().numpy()
@@ -121,8 +122,8 @@ def run_teacher(
                 if k == 1:
                     mc_out[at] = torch.softmax(logits, dim=-1).cpu().numpy()
                 elif not adaptive:
-                    enable_mc_dropout(model, settings.dropout)
-                    mc_out[at] = _mc_mean(model, batch, k, mode).cpu().numpy()
+                    with dropout_passes(model, settings.dropout, device):
+                        mc_out[at] = _mc_mean(model, batch, k, mode).cpu().numpy()
                 if not adaptive:
                     advance(len(index))
             if adaptive:
@@ -131,7 +132,6 @@ def run_teacher(
                 mc_out[local[rows]] = mean.numpy().astype(np.float32)
                 passes[local[rows]] = taken
                 advance(len(rows))
-    disable_mc_dropout(model)
     for array in (logits_out, mc_out, *features_out.values()):
         array.flush()
     del logits_out, mc_out, features_out
@@ -144,17 +144,14 @@ def run_teacher(
 
 def _adaptive_rows(model, encoded: Encoded, rows: np.ndarray, settings: ProbeSettings, device: str,
                    batch_size: int, num_classes: int) -> tuple[torch.Tensor, np.ndarray]:
-    enable_mc_dropout(model, settings.dropout)
-
     def sample(local: np.ndarray) -> torch.Tensor:
         # padded to the longest row still sampling: rows that stopped no longer set the width
         return torch.softmax(model(**encoded.batch(rows[local], device)).logits.float(), dim=-1)
 
-    mean, taken = adaptive_mc_mean(sample, len(rows), num_classes, max_passes=settings.mc_samples,
-                                   min_passes=settings.mc_min_passes, tolerance=settings.mc_tolerance,
-                                   batch_size=batch_size)
-    disable_mc_dropout(model)
-    return mean, taken
+    with dropout_passes(model, settings.dropout, device):
+        return adaptive_mc_mean(sample, len(rows), num_classes, max_passes=settings.mc_samples,
+                                min_passes=settings.mc_min_passes, tolerance=settings.mc_tolerance,
+                                batch_size=batch_size)
 
 
 def _mc_mean(model, batch: dict[str, torch.Tensor], k: int, mode: str) -> torch.Tensor:
