@@ -112,6 +112,7 @@ def synthesize(workspace, store, request: SynthesisRequest, *, say=print):
     params = {**asdict(request), "teachers": [t.name for t in teachers],
               "teacher_fingerprints": [t.fingerprint for t in teachers], "lm_fingerprint": _lm_fingerprint(lm_folder)}
     params.pop("device")
+    params = json.loads(json.dumps(params))  # as stored (tuples become lists), to compare with an earlier run's
     workdir = _resumable_workdir(store, request.name, params)
     units = plan(request, teachers)
     with recorded_run(store, KIND, request.name, params) as run:
