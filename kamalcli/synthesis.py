@@ -298,3 +298,13 @@ def _teacher_probs(teacher, texts: list[str], device: str, max_length: int):
     scorer = TeacherScorer(model, tokenizer, clamp_length(max_length, model.config, tokenizer),
                            torch.device(resolve_device(device)))
     return np.concatenate([scorer.log_probs(texts[i:i + 64]).exp().numpy() for i in range(0, len(texts), 64)])
+
+
+def steered_rows(dataset) -> tuple[list[str], list[str]] | None:
+    """For a generated dataset, each row's steering teacher and class; None for data a user added."""
+    if not dataset.provenance:
+        return None
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(dataset.path, columns=["teacher", "label"])
+    return table.column("teacher").to_pylist(), table.column("label").to_pylist()
