@@ -20,9 +20,11 @@ from scenarios import two_teacher_workspace
 LENGTH = 32
 # (row label, strength lambda, mode, top-m, chunk tokens, chunk candidates)
 CONFIGS = [
-    ("plain (lambda 0)", 0.0, "token", 20, 8, 8),
-    ("token, m 20", 2.0, "token", 20, 8, 8),
-    ("chunk, 8 x 8 tokens, m 20", 2.0, "chunk", 20, 8, 8),
+    ("plain (lambda 0), m 20", 0.0, "token", 20, 8, 8),
+    ("token steering, lambda 1, m 20", 1.0, "token", 20, 8, 8),
+    ("token steering, lambda 3, m 20", 3.0, "token", 20, 8, 8),
+    ("chunk steering, lambda 1, 8 candidates x 8 tokens, m 20", 1.0, "chunk", 20, 8, 8),
+    ("chunk steering, lambda 3, 8 candidates x 8 tokens, m 20", 3.0, "chunk", 20, 8, 8),
 ]
 PROMPT = "Write a one-sentence description of a Debian software package about {label}."
 
@@ -89,7 +91,7 @@ def synthesis_speed(bench: Bench, classes_per_teacher: int = 2, batch: int = 4) 
                      f"{100 * result['judge_agrees']:.1f}"])
     table = markdown(["generation", "texts / min", "LM time %", "teacher time %", "steering teacher p(class)",
                       "judge agrees %"], rows)
-    table += (f"\n\nsmollm2-135m, {LENGTH} new tokens at most, top-p 0.9, lambda as stated in each row's settings; "
+    table += (f"\n\nsmollm2-135m, {LENGTH} new tokens at most, top-p 0.9; "
               f"{classes_per_teacher} classes of each of the two teachers (minilm-l3, five topics each), {batch} "
               f"texts per class generated together; 2-core CPU shared with other jobs. Judge: the same base "
               f"fine-tuned on the labelled train split of all ten topics ({100 * judge[3]:.1f}% on the test split).")
@@ -104,32 +106,79 @@ def _synthesized(bench: Bench, ws, name: str, per_class: int, strength: float, m
        "--max-new-tokens", LENGTH, "--prompt", PROMPT, "--teacher", "half-a", "--teacher", "half-b", quiet=True)
 
 
-DATA_FREE_METHODS = [("muki-hard", ()), ("vanilla-kd", ()), ("stratanet", ())]
+DATA_FREE_METHODS = [("muki-hard", ()), ("vanilla-kd", ()), ("uhc", ()), ("stratanet", ())]
 
 
-def data_free(bench: Bench, per_class: int = 20) -> None:
+def data_free(bench: Bench, per_class: int = 20, strength: float = 3.0, mode: str = "chunk") -> None:
+    """Students on generated text against the same methods on real transfer text. A student on the generated
+    rows trains for as many epochs as make about one epoch of the real transfer rows (the same examples seen)."""
+    import math
+    from dataclasses import replace
+
     ws = two_teacher_workspace(bench)
     teachers = ["half-a", "half-b"]
-    _synthesized(bench, ws, "synth", per_class, 2.0, "chunk")
-    ws("probe", "--data", "synth", "--mc-samples", str(bench.profile.mc_samples),
-       "--max-length", str(bench.profile.max_length), quiet=True)
+    _synthesized(bench, ws, "synth", per_class, strength, mode)
+    synth = next(d for d in ws.json("data") if d["name"] == "synth")
+    epochs = math.ceil(bench.profile.transfer_rows / synth["rows"])
+    on_synth = replace(bench, profile=replace(bench.profile, student_epochs=epochs))
     rows, payload = [], {}
     ensemble = bench.baseline(ws, "ensemble")
     rows.append(["ensemble (no training)", "-", f"{100 * ensemble['accuracy']:.1f}"])
     payload["ensemble"] = ensemble["accuracy"]
     for method, options in DATA_FREE_METHODS:
-        for data in ("synth", "transfer"):
-            results = [bench.student(ws, f"df-{method}-{data}", method, teachers, seed, options, data=data)
+        for data, runner in (("synth", on_synth), ("transfer", bench)):
+            results = [runner.student(ws, f"df-{method}-{data}", method, teachers, seed, options, data=data)
                        for seed in bench.seeds]
             acc = summarize([r["accuracy"] for r in results])
-            payload[f"{method} on {data}"] = {"accuracy": acc, "train_seconds": [r["train_seconds"] for r in results]}
+            payload[f"{method} on {data}"] = {"accuracy": acc, "train_seconds": [r["train_seconds"] for r in results],
+                                              "objective": [r.get("objective") for r in results]}
             rows.append([method, "generated" if data == "synth" else "real transfer text", pct(acc)])
-    synth = next(d for d in ws.json("data") if d["name"] == "synth")
     table = markdown(["method", "trained on", "accuracy %"], rows)
-    table += (f"\n\nGenerated: {synth['rows']} texts ({per_class} per class, smollm2-135m, chunk steering, "
-              f"lambda 2, {LENGTH} tokens); real transfer text: {bench.profile.transfer_rows} rows of the train "
-              f"split without labels. Test: {bench.profile.test_rows} rows of the test split, ten topics.")
-    write_results(bench, {"rows": payload, "synth": synth["provenance"]}, table)
+    table += (f"\n\nGenerated: {synth['rows']} texts ({per_class} per class, smollm2-135m, {mode} steering, "
+              f"lambda {strength:g}, {LENGTH} tokens), students {epochs} epochs on them; real transfer text: "
+              f"{bench.profile.transfer_rows} rows of the train split without labels, 1 epoch. Test: "
+              f"{bench.profile.test_rows} rows of the test split, ten topics. Students: {bench.profile.base}.")
+    rmd = _rmd_fits(bench, ws, synth)
+    table += "\n\nRMD teacher selection on the test split, by where the Gaussians were fitted:\n\n" + markdown(
+        ["Gaussians fitted on", "selects the right teacher %", "AUROC"],
+        [[k, f"{100 * v['accuracy']:.1f}", f"{v['auroc']:.3f}"] for k, v in rmd.items()])
+    write_results(bench, {"rows": payload, "synth": synth["provenance"], "rmd_selection": rmd}, table)
+
+
+def _rmd_fits(bench: Bench, ws, synth: dict) -> dict:
+    """RMD selection accuracy (test split) with Gaussians fitted on the teachers' training rows (ws), on the
+    generated text, and on transfer rows the teachers are confident on (the same teachers registered without
+    their training rows, in a workspace of their own)."""
+    import pyarrow.parquet as pq
+
+    def rmd_row(w):
+        return next(s for s in w.json("report")["selection"] if s["data"] == "test" and s["score"] == "rmd")
+
+    out = {"the teachers' training rows": rmd_row(ws)}
+    other = bench.workspace("data-free-rmd")
+    if not other.has_teacher("half-a"):
+        for t in ws.json("teachers"):
+            if t["name"] in ("half-a", "half-b"):
+                other("add-teacher", t["path"], "--name", t["name"], quiet=True)
+        table = pq.read_table(_dataset_path(ws, "synth"), columns=["text", "label"])
+        copy = other.root / "data" / "synth.parquet"
+        pq.write_table(table, copy)
+        other("add-data", copy, "--name", "synth", "--label-column", "label", quiet=True)
+    other("probe", "--data", "transfer", "--data", "test", "--mc-samples", "1", "--max-length",
+          str(bench.profile.max_length), quiet=True)
+    out["transfer rows the teacher is confident on (circular)"] = rmd_row(other)
+    other("probe", "--data", "test", "--mc-samples", "1", "--max-length", str(bench.profile.max_length),
+          "--rmd-fit", "synth", quiet=True)
+    out["generated text (kamal synthesize)"] = rmd_row(other)
+    return {k: {"accuracy": v["accuracy"], "auroc": v["auroc"]} for k, v in out.items()}
+
+
+def _dataset_path(ws, name: str):
+    import sqlite3
+
+    with sqlite3.connect(ws.root / ".kamal" / "kamal.db") as conn:
+        (path,) = conn.execute("SELECT path FROM datasets WHERE name = ?", [name]).fetchone()
+    return ws.root / path
 
 
 SCENARIOS = {"synthesis-speed": synthesis_speed, "data-free": data_free}

@@ -103,7 +103,8 @@ def synthesize(workspace, store, request: SynthesisRequest, *, say=print):
     check_name(request.name, "dataset")
     if store.has_dataset(request.name):
         raise KamalError(f"a dataset named {request.name!r} exists already; choose another --name")
-    teachers = [store.teacher(n) for n in request.teachers] if request.teachers else store.teachers()
+    names = list(dict.fromkeys(request.teachers))  # a teacher named twice steers once
+    teachers = [store.teacher(n) for n in names] if names else store.teachers()
     if not teachers:
         raise KamalError("no teachers registered: kamal add-teacher FOLDER first")
     from kamalcli.assets import resolve_lm_source
