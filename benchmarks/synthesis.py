@@ -49,7 +49,7 @@ def _judge_labels(judge, texts: list[str]) -> list[str]:
         return [labels[i] for i in model(**encoded).logits.argmax(-1).tolist()]
 
 
-def synthesis_speed(bench: Bench, classes_per_teacher: int = 2, batch: int = 4) -> None:
+def synthesis_speed(bench: Bench, classes_per_teacher: int = 5, batch: int = 8) -> None:
     from types import SimpleNamespace
 
     import numpy as np

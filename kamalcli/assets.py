@@ -109,28 +109,23 @@ def base_status(base: NamedBase) -> str:
 
 def resolve_model_source(source: str) -> Path:
     """A named base, a local folder, or (when a hub is reachable) a hub id -> a local folder."""
-    if source in BASES:
-        return BASES[source].locate()
-    path = Path(source).expanduser()
-    if path.exists():
-        return path
-    if _HUB_ID.match(source):
-        return _fetch_from_hub(source)
-    raise KamalError(
-        f"{source}: no such folder, and not a named base ({', '.join(BASES)}) or a hub id"
-    )
+    return _resolve(source, BASES, "a named base")
 
 
 def resolve_lm_source(source: str) -> Path:
     """A named causal LM, a local folder, or (when a hub is reachable) a hub id -> a local folder."""
-    if source in LMS:
-        return LMS[source].locate()
+    return _resolve(source, LMS, "a named causal LM")
+
+
+def _resolve(source: str, named: dict[str, NamedBase], what: str) -> Path:
+    if source in named:
+        return named[source].locate()
     path = Path(source).expanduser()
     if path.exists():
         return path
     if _HUB_ID.match(source):
         return _fetch_from_hub(source)
-    raise KamalError(f"{source}: no such folder, and not a named causal LM ({', '.join(LMS)}) or a hub id")
+    raise KamalError(f"{source}: no such folder, and not {what} ({', '.join(named)}) or a hub id")
 
 
 def resolve_classifier_source(source: str) -> Path:

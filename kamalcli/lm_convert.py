@@ -35,7 +35,9 @@ def _convert(source: Path, out: Path) -> None:
 
     from kamalcli.errors import KamalError
     from kamalcli.modeling import _quiet_transformers
+    from kamalcli.runtime import say_once
 
+    say_once("Converting smollm2-135m from its GGUF file into kamal's cache (once; about half a minute).")
     _quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     loaded = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
