@@ -31,7 +31,7 @@ Mode = Literal["token", "chunk"]
 
 @dataclass(frozen=True)
 class SteeringConfig:
-    strength: float = 1.0        # lambda
+    strength: float = 3.0        # lambda
     top_m: int = 20              # candidates kept from the LM per step
     top_p: float = 0.9           # nucleus over the (rescored) candidates
     max_new_tokens: int = 32

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kamalcli.errors import KamalError
+from kamalcli.errors import KamalError, KamalFailure
 
 DEFAULT_PROMPT = "Write a short text about {label}."
 KIND = "synthesize"
@@ -127,9 +128,7 @@ def synthesize(workspace, store, request: SynthesisRequest, *, say=print):
             _generate(request, lm_folder, teachers, pending, workdir, say)
         dataset, quality = _register(workspace, store, request, params, teachers, units, workdir, run.id)
         run.result = {"dataset": dataset.name, "rows": dataset.num_rows}
-    import shutil
-
-    shutil.rmtree(workdir, ignore_errors=True)
+    shutil.rmtree(workdir, ignore_errors=True)  # the written batches matter only to an unfinished run
     return dataset, quality
 
 
@@ -216,7 +215,7 @@ def _register(workspace, store, request, params, teachers, units: list[Unit], wo
     empty = sum(1 for r in rows if not r[0].strip())
     rows = [r for r in rows if r[0].strip()]
     if not rows:
-        raise KamalError("the generator wrote no text at all (every sample ended at once); try another --prompt")
+        raise KamalFailure("the generator wrote no text at all (every sample ended at once); try another --prompt")
     table = TextTable([r[0] for r in rows], [r[1] for r in rows], "text", "label", ["text", "label", "teacher", "prompt"],
                       "synthesized")
     quality = measure_quality(teachers, table.texts, [r[2] for r in rows], table.labels, request.device,

