@@ -2,7 +2,7 @@
 
 Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, feature-table,
 compression, feature-speed, rl-kd-compression, rl-kd-amalgamation, rl-kd-four, speed, probe-speed
-(the probe's part of speed alone), synthesis-speed, data-free, all.
+(the probe's part of speed alone), synthesis-speed, data-free, data-free-three, all.
 Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `readme` copies the
 latest tables into README.md. Workspaces (teachers, probe caches, students) are
 kept in benchmarks/work/ so a rerun or another scenario reuses them.

@@ -6,8 +6,8 @@ length and m, the share of time in the LM and in the teacher, the steering teach
 and the share a judge (a classifier fine-tuned on the real labels of all ten topics) assigns to the
 class a text was steered to.
 
-data-free: `kamal synthesize` for both teachers, then students trained on the generated text beside
-the same methods on the real transfer text, and the ensemble.
+data-free (two teachers) and data-free-three (three): `kamal synthesize` for every teacher, then students
+trained on the generated text beside the same methods on the real transfer text, and the ensemble.
 """
 
 from __future__ import annotations
@@ -98,26 +98,50 @@ def synthesis_speed(bench: Bench, classes_per_teacher: int = 5, batch: int = 8) 
     write_results(bench, {"configs": payload, "length": LENGTH, "prompt": PROMPT, "judge_accuracy": judge[3]}, table)
 
 
-def _synthesized(bench: Bench, ws, name: str, per_class: int, strength: float, mode: str) -> None:
+def _synthesized(bench: Bench, ws, name: str, teachers: list[str], per_class: int, strength: float, mode: str) -> None:
     if any(d["name"] == name for d in ws.json("data")):
         return
     bench.say(f"synthesize {name}: {per_class} per class, lambda {strength}, {mode} steering")
     ws("synthesize", "--name", name, "--per-class", per_class, "--strength", strength, "--steer", mode,
-       "--max-new-tokens", LENGTH, "--prompt", PROMPT, "--teacher", "half-a", "--teacher", "half-b", quiet=True)
+       "--max-new-tokens", LENGTH, "--prompt", PROMPT, *[a for t in teachers for a in ("--teacher", t)], quiet=True)
 
 
 DATA_FREE_METHODS = [("muki-hard", ()), ("vanilla-kd", ()), ("uhc", ()), ("stratanet", ())]
 
 
-def data_free(bench: Bench, per_class: int = 20, strength: float = 3.0, mode: str = "chunk") -> None:
-    """Students on generated text against the same methods on real transfer text. A student on the generated
-    rows trains for as many epochs as make about one epoch of the real transfer rows (the same examples seen)."""
+def data_free(bench: Bench) -> None:
+    """Two teachers over the halves of topics10: students on generated text against the same methods on
+    real transfer text, and where the RMD Gaussians are fitted."""
+    ws = two_teacher_workspace(bench)
+    table, payload, synth = _data_free_rows(bench, ws, ["half-a", "half-b"], DATA_FREE_METHODS)
+    rmd = _rmd_fits(bench, ws, synth)
+    table += "\n\nRMD teacher selection on the test split, by where the Gaussians were fitted:\n\n" + markdown(
+        ["Gaussians fitted on", "selects the right teacher %", "AUROC"],
+        [[k, f"{100 * v['accuracy']:.1f}", f"{v['auroc']:.3f}"] for k, v in rmd.items()])
+    write_results(bench, {"rows": payload, "synth": synth["provenance"], "rmd_selection": rmd}, table)
+
+
+THIRDS = {"third-a": ["admin", "games", "graphics"], "third-b": ["mail", "math", "net"],
+          "third-c": ["science", "sound", "text", "web"]}
+
+
+def data_free_three(bench: Bench) -> None:
+    """Three teachers {3, 3, 4} over topics10: muki-hard and stratanet on generated against real text."""
+    ws = bench.workspace("three-thirds")
+    for name, labels in THIRDS.items():
+        bench.teacher(ws, name, labels)
+    table, payload, synth = _data_free_rows(bench, ws, list(THIRDS), [("muki-hard", ()), ("stratanet", ())])
+    write_results(bench, {"rows": payload, "synth": synth["provenance"]}, table)
+
+
+def _data_free_rows(bench: Bench, ws, teachers: list[str], methods, per_class: int = 20, strength: float = 3.0,
+                    mode: str = "chunk") -> tuple[str, dict, dict]:
+    """A student on the generated rows trains for as many epochs as make about one epoch of the real
+    transfer rows (the same number of examples seen)."""
     import math
     from dataclasses import replace
 
-    ws = two_teacher_workspace(bench)
-    teachers = ["half-a", "half-b"]
-    _synthesized(bench, ws, "synth", per_class, strength, mode)
+    _synthesized(bench, ws, "synth", teachers, per_class, strength, mode)
     synth = next(d for d in ws.json("data") if d["name"] == "synth")
     epochs = math.ceil(bench.profile.transfer_rows / synth["rows"])
     on_synth = replace(bench, profile=replace(bench.profile, student_epochs=epochs))
@@ -125,7 +149,7 @@ def data_free(bench: Bench, per_class: int = 20, strength: float = 3.0, mode: st
     ensemble = bench.baseline(ws, "ensemble")
     rows.append(["ensemble (no training)", "-", f"{100 * ensemble['accuracy']:.1f}"])
     payload["ensemble"] = ensemble["accuracy"]
-    for method, options in DATA_FREE_METHODS:
+    for method, options in methods:
         for data, runner in (("synth", on_synth), ("transfer", bench)):
             results = [runner.student(ws, f"df-{method}-{data}", method, teachers, seed, options, data=data)
                        for seed in bench.seeds]
@@ -134,15 +158,12 @@ def data_free(bench: Bench, per_class: int = 20, strength: float = 3.0, mode: st
                                               "objective": [r.get("objective") for r in results]}
             rows.append([method, "generated" if data == "synth" else "real transfer text", pct(acc)])
     table = markdown(["method", "trained on", "accuracy %"], rows)
-    table += (f"\n\nGenerated: {synth['rows']} texts ({per_class} per class, smollm2-135m, {mode} steering, "
-              f"lambda {strength:g}, {LENGTH} tokens), students {epochs} epochs on them; real transfer text: "
-              f"{bench.profile.transfer_rows} rows of the train split without labels, 1 epoch. Test: "
-              f"{bench.profile.test_rows} rows of the test split, ten topics. Students: {bench.profile.base}.")
-    rmd = _rmd_fits(bench, ws, synth)
-    table += "\n\nRMD teacher selection on the test split, by where the Gaussians were fitted:\n\n" + markdown(
-        ["Gaussians fitted on", "selects the right teacher %", "AUROC"],
-        [[k, f"{100 * v['accuracy']:.1f}", f"{v['auroc']:.3f}"] for k, v in rmd.items()])
-    write_results(bench, {"rows": payload, "synth": synth["provenance"], "rmd_selection": rmd}, table)
+    table += (f"\n\nTeachers: {', '.join(teachers)}. Generated: {synth['rows']} texts ({per_class} per class, "
+              f"smollm2-135m, {mode} steering, lambda {strength:g}, {LENGTH} tokens), students {epochs} epochs on "
+              f"them; real transfer text: {bench.profile.transfer_rows} rows of the train split without labels, 1 "
+              f"epoch. Test: {bench.profile.test_rows} rows of the test split, ten topics. Students: "
+              f"{bench.profile.base}.")
+    return table, payload, synth
 
 
 def _rmd_fits(bench: Bench, ws, synth: dict) -> dict:
@@ -181,4 +202,4 @@ def _dataset_path(ws, name: str):
     return ws.root / path
 
 
-SCENARIOS = {"synthesis-speed": synthesis_speed, "data-free": data_free}
+SCENARIOS = {"synthesis-speed": synthesis_speed, "data-free": data_free, "data-free-three": data_free_three}
