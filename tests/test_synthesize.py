@@ -162,19 +162,29 @@ def test_same_seed_same_text_other_seed_other_text(news, lm):
     assert hashes["a"] == hashes["b"] != hashes["c"]
 
 
-def test_interrupted_synthesis_keeps_what_was_written_and_continues(news, lm, monkeypatch):
+@pytest.fixture
+def interrupt_batch(monkeypatch):
+    """interrupt_batch(n): Ctrl-C comes while the n-th batch is generated; interrupt_batch(None) undoes it."""
     from kamalcli import steering
 
     real = steering.generate
-    calls = []
 
-    def interrupted(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
+    def arm(n: int | None) -> None:
+        calls = []
 
-    monkeypatch.setattr(steering, "generate", interrupted)
+        def interrupted(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == n:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(steering, "generate", real if n is None else interrupted)
+
+    return arm
+
+
+def test_interrupted_synthesis_keeps_what_was_written_and_continues(news, lm, interrupt_batch):
+    interrupt_batch(3)
     result = news("synthesize", "--lm", lm, "--name", "s", *SMALL, code=130)
     assert "kept" in result.output
     assert news.json("data") == []
@@ -184,7 +194,7 @@ def test_interrupted_synthesis_keeps_what_was_written_and_continues(news, lm, mo
     assert len(units) == 2
     news("status")  # another command that takes the write lock must not clean the written batches away
     news("add-data", tiny.write_jsonl(news.workspace.parent / "x.jsonl", [{"text": "a b"}]), "--name", "x")
-    monkeypatch.setattr(steering, "generate", real)
+    interrupt_batch(None)
     out = news("synthesize", "--lm", lm, "--name", "s", *SMALL).output
     assert "2 of 8 batches were written before" in out
     news("synthesize", "--lm", lm, "--name", "whole", *SMALL)
@@ -193,19 +203,8 @@ def test_interrupted_synthesis_keeps_what_was_written_and_continues(news, lm, mo
     assert not list((news.workspace / ".kamal" / "artifacts" / "runs").glob("run-*"))
 
 
-def test_continuing_with_other_settings_is_refused(news, lm, monkeypatch):
-    from kamalcli import steering
-
-    real = steering.generate
-    calls = []
-
-    def second_batch_interrupted(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(steering, "generate", second_batch_interrupted)
+def test_continuing_with_other_settings_is_refused(news, lm, interrupt_batch):
+    interrupt_batch(2)
     news("synthesize", "--lm", lm, "--name", "s", *SMALL, code=130)
     result = news("synthesize", "--lm", lm, "--name", "s", *SMALL, "--strength", 5, code=2)
     assert "used other settings (strength)" in result.output
