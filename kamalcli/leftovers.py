@@ -51,13 +51,19 @@ def _dead_run_folders(workspace, store) -> list[Path]:
     folders = [p for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.is_dir() else []
     if not folders:
         return []
+    from kamalcli.synthesis import KIND as SYNTHESIZE, has_units
     from kamalcli.train.phases import started
 
     students, teachers = {s.name for s in store.students()}, {t.name for t in store.teachers()}
-    finished = {"amalgamate": students, "extend": students, "train-teacher": teachers}
+    finished = {"amalgamate": students, "extend": students, "train-teacher": teachers,
+                SYNTHESIZE: {d.name for d in store.datasets()}}
+
+    def progress(run) -> bool:
+        return has_units(Path(run.workdir)) if run.kind == SYNTHESIZE else started(Path(run.workdir))
+
     keep = {Path(r.workdir).resolve() for r in store.runs()
             if r.status in ("interrupted", "failed") and r.workdir and r.name not in finished.get(r.kind, ())
-            and started(Path(r.workdir))}
+            and progress(r)}
     return [p for p in folders if p.resolve() not in keep]
 
 

@@ -80,6 +80,7 @@ class Dataset:
     label_counts: dict[str, int] | None
     path: str
     created_at: str
+    provenance: dict | None = None   # datasets kamal generated (kamal synthesize); None for added data
 
     @property
     def has_labels(self) -> bool:
@@ -99,6 +100,7 @@ class Dataset:
             "source": self.source,
             "content_hash": self.content_hash,
             "created_at": self.created_at,
+            "provenance": self.provenance,
         }
 
 
@@ -316,6 +318,7 @@ class Store:
         row = dict(row)
         row["columns"] = _loads(row["columns"], [])
         row["label_counts"] = _loads(row["label_counts"])
+        row["provenance"] = _loads(row.get("provenance"))
         row["path"] = self._abs(row["path"])
         return Dataset(**row)
 
@@ -338,9 +341,11 @@ class Store:
     def has_dataset(self, name: str) -> bool:
         return self._one("SELECT 1 FROM datasets WHERE name = ?", [name]) is not None
 
-    def add_dataset(self, *, columns: list[str], label_counts: dict | None, **fields: Any) -> Dataset:
+    def add_dataset(self, *, columns: list[str], label_counts: dict | None, provenance: dict | None = None,
+                    **fields: Any) -> Dataset:
         fields = {**fields, "columns": _dumps(columns), "path": self._rel(fields["path"]),
-                  "label_counts": _dumps(label_counts) if label_counts is not None else None}
+                  "label_counts": _dumps(label_counts) if label_counts is not None else None,
+                  "provenance": _dumps(provenance) if provenance is not None else None}
         with self.transaction():
             dataset_id = self._insert("datasets", fields)
         return self.dataset_by_id(dataset_id)

@@ -46,10 +46,11 @@ def test_train_teacher_on_the_real_base_through_the_cli(kamal, tmp_path):
     assert report["rows"] == 48 and report["accuracy_in"] is not None
 
 
-def test_models_lists_both_bases(kamal):
+def test_models_lists_both_bases_and_the_lm(kamal):
     models = {m["name"]: m for m in kamal.json("models")}
-    assert set(models) == {"minilm-l6", "minilm-l3"}
-    assert models["minilm-l6"]["status"] == "installed" and models["minilm-l3"]["status"] == "installed"
+    assert set(models) == {"minilm-l6", "minilm-l3", "smollm2-135m"}
+    assert all(m["status"] == "installed" for m in models.values())
+    assert models["smollm2-135m"]["kind"] == "causal-lm" and models["minilm-l3"]["kind"] == "encoder"
 
 
 def test_the_demo_data_ships_with_the_package():
@@ -60,3 +61,27 @@ def test_the_demo_data_ships_with_the_package():
     assert {r["label"] for r in train} == {"games", "graphics", "sound", "mail", "math", "science"}
     assert not {r["package"] for r in train} & {r["package"] for r in test}
     assert "debian" in demo.joinpath("README.md").read_text().lower()
+
+
+@pytest.mark.slow
+def test_synthesize_with_smollm2_converted_from_its_gguf(kamal, trained):
+    """smollm2-135m: the GGUF converted once into the cache, checked by fingerprint, then steered text."""
+    from kamalcli import lm_convert
+    from kamalcli.assets import resolve_lm_source
+    from kamalcli.convert import MARKER
+
+    folder = resolve_lm_source("smollm2-135m")
+    record = json.loads((folder / MARKER).read_text())
+    assert record["source_sha256"] == lm_convert.EXPECTED_GGUF_SHA256
+    assert resolve_lm_source("smollm2-135m") == folder  # verified and reused, not converted again
+    kamal("add-teacher", trained["news"], "--name", "news")
+    kamal("synthesize", "--per-class", 2, "--name", "s", "--max-new-tokens", 10, "--batch-size", 2, "--top-m", 5,
+          "--prompt", "Write one news sentence about {label}.")
+    [data] = kamal.json("data")
+    assert data["rows"] >= 3 and data["provenance"]["generator"] == {"lm": "smollm2-135m",
+                                                                     "fingerprint": record["model_sha256"]}
+    import pyarrow.parquet as pq
+
+    [path] = (kamal.workspace / ".kamal" / "artifacts" / "data").glob("*.parquet")
+    texts = pq.read_table(path).column("text").to_pylist()
+    assert all(len(t.split()) >= 2 for t in texts)  # English words from a real LM, not token debris

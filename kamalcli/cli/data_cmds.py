@@ -46,6 +46,19 @@ def data_list(app: App, as_json: bool) -> None:
         [(d.name, d.role, d.num_rows, len(d.label_counts) if d.label_counts else "-", d.source, d.content_hash[:12]) for d in found],
         empty="none yet (kamal add-data FILE)",
     )
+    from kamalcli.cli.synth_cmds import provenance_line
+
+    for d in found:
+        if d.provenance:
+            q = d.provenance["quality"]["overall"]
+            click.echo(f"{d.name}: {provenance_line(d.provenance)}")
+            click.echo(f"  steering teacher p(class) {_f(q['steering_p'])}, other teachers' confidence "
+                       f"{_f(q['others_confidence'])}, distinct-2 {_f(q['distinct_2'])}, near-duplicates "
+                       f"{_f(q['near_duplicates'])} (kamal report: per class)")
+
+
+def _f(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 @click.command("remove-data")

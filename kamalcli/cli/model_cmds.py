@@ -12,16 +12,18 @@ from kamalcli.cli.render import emit_json, json_option, table
 @click.command()
 @json_option
 def models(as_json: bool) -> None:
-    """Pretrained bases kamal can name without a model hub (--student / --base NAME)."""
-    from kamalcli.assets import BASES, base_status
+    """Pretrained models kamal can name without a model hub (--student / --base NAME, synthesize --lm NAME)."""
+    from kamalcli.assets import BASES, LMS, base_status
 
-    rows = [{"name": b.name, "description": b.description, "package": b.package, "layers": b.layers,
-             "hidden": b.hidden, "status": base_status(b)} for b in BASES.values()]
+    rows = [{"name": b.name, "kind": kind, "description": b.description, "package": b.package, "layers": b.layers,
+             "hidden": b.hidden, "status": base_status(b)}
+            for kind, named in (("encoder", BASES), ("causal-lm", LMS)) for b in named.values()]
     if as_json:
         emit_json(rows)
         return
-    table("Named bases", ["name", "model", "package", "status"],
-          [(r["name"], r["description"], r["package"], r["status"]) for r in rows])
+    for kind, title in (("encoder", "Named bases (--student / --base)"), ("causal-lm", "Named causal LMs (synthesize --lm)")):
+        table(title, ["name", "model", "package", "status"],
+              [(r["name"], r["description"], r["package"], r["status"]) for r in rows if r["kind"] == kind])
     click.echo("Also accepted: a local Hugging Face folder, or a hub id when a hub is reachable.")
 
 

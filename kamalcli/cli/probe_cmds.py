@@ -103,10 +103,12 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
             **{k: v for k, v in s.items() if k != "rmd"},
             "rmd": s.get("rmd"),
         })
+    generated = [{"data": d.name, **d.provenance} for d in datasets.values() if d.provenance]
     if as_json:
-        emit_json({"probes": probe_rows, "selection": selections, "policy_selection": policies})
+        emit_json({"probes": probe_rows, "selection": selections, "policy_selection": policies, "generated": generated})
         return
     _policy_tables(policies)
+    _generated_tables(generated)
     if not probe_rows:
         click.echo("No probes yet: run `kamal probe`.")
         return
@@ -123,6 +125,14 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
             click.echo(f"On {data}, {score} selects the right teacher most often ({pct(best['accuracy'])}%).")
             if score in SUGGESTABLE_SCORES:
                 click.echo(f"  MUKI methods can select with it: kamal amalgamate --method muki-hard --option score={score}")
+
+
+def _generated_tables(generated: list[dict]) -> None:
+    from kamalcli.cli.synth_cmds import provenance_line, show_quality
+
+    for g in generated:
+        click.echo(f"{g['data']}: {provenance_line(g)}")
+        show_quality(g["quality"])
 
 
 def policy_selection(students) -> list[dict]:

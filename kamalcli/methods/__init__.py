@@ -82,6 +82,13 @@ register(_feature_method(
     "Yuan et al., AAAI 2021 (label-free variant: kamal)",
     "R(x): a frozen encoder's [CLS] vector, cached; teachers' cached outputs", labels="optional",
     one_process="its policy takes one REINFORCE step per whole batch, and its phases are not sharded"))
+register(_feature_method(
+    "stratanet", "stratanet", fo.StrataNetOptions, "build_stratanet",
+    "per block of layers, a selective transformer merges the teachers' block vectors, each enriched with its "
+    "relative-Mahalanobis confidence, into an [AMAL] target the student's block matches; plus KL to the "
+    "confidence-weighted teacher mix at T = 0.75 (data-free: train it on `kamal synthesize` text)",
+    "Vijayaraghavan et al., 2024 (anti-collapse guard and teacher weights: kamal)",
+    "cached, mean-pooled per block (probe)"))
 register(Method("ensemble", "baseline, no training: argmax over all teachers' concatenated logits (kamal eval --baseline)",
                 NoOptions, None))
 register(Method("teacher", "baseline, no training: one teacher alone, other labels at zero (kamal eval --baseline teacher:NAME)",

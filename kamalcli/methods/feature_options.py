@@ -90,3 +90,23 @@ class RLKDOptions(Options):
     def confidence_score(self) -> str | None:
         """The probe confidences it reads: only the label-free variant reads any."""
         return None if self.labels else self.score
+
+
+@dataclass(frozen=True)
+class StrataNetOptions(Options):
+    """stratanet: block-wise selective-transformer amalgamation with RMD confidences (docs/methods.md)."""
+
+    alpha: float = 0.7               # alpha * block alignment + (1 - alpha) * KL; the paper implies alpha > 0.5
+    temperature: float = 0.75        # the KL's temperature (the paper's appendix)
+    tau: float = 0.2                 # teacher weights of the output mix: softmax(confidence percentile / tau)
+    fit_share: float = 0.2           # share of each teacher's generated rows its RMD Gaussians are fitted on
+    guard: bool = True               # kamal: the [AMAL] target is detached and trained to rebuild the teachers
+    rebuild_weight: float = 1.0      # weight of that confidence-weighted reconstruction
+    heads: int = 4                   # attention heads of the selective transformer (divides the student's width)
+
+    def check(self) -> None:
+        require(0 <= self.alpha <= 1, "alpha must be in [0, 1]")
+        require(self.temperature > 0 and self.tau > 0, "temperature and tau must be above 0")
+        require(0 < self.fit_share < 1, "fit_share must be in (0, 1)")
+        require(self.rebuild_weight >= 0, "rebuild_weight must be 0 or more")
+        require(self.heads >= 1, "heads must be at least 1")

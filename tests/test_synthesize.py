@@ -1,0 +1,238 @@
+"""kamal synthesize: steered generation, the generated dataset, resume, seeds, quality figures."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+import tiny
+from kamalcli.text_quality import distinct_2, near_duplicate_share
+
+SMALL = ["--per-class", 4, "--max-new-tokens", 6, "--batch-size", 2, "--top-m", 5]
+
+
+@pytest.fixture(scope="session")
+def lm(tmp_path_factory):
+    return tiny.make_causal_lm(tmp_path_factory.mktemp("lm") / "lm", seed=7)
+
+
+@pytest.fixture
+def news(kamal, trained):
+    kamal("add-teacher", trained["news"], "--name", "news")
+    kamal("add-teacher", trained["money"], "--name", "money")
+    return kamal
+
+
+def _models(lm, trained):
+    from types import SimpleNamespace
+
+    from kamalcli.synthesis import load_models
+
+    teacher = SimpleNamespace(name="news", path=trained["news"])
+    return load_models(lm, [teacher], 32, "cpu")
+
+
+# -- golden values ------------------------------------------------------------
+
+def test_distinct_2_golden():
+    # bigrams: (a b) (b c) | (a b) (b d) (d e): 5 in all, 4 distinct
+    assert distinct_2(["a b c", "A b d e"]) == pytest.approx(4 / 5)
+    assert distinct_2(["one", "two"]) is None  # no bigrams at all
+
+
+def test_near_duplicate_share_golden():
+    texts = [
+        "the cat sat on the mat",        # trigrams: the cat sat, cat sat on, sat on the, on the mat
+        "the cat sat on the rug",        # shares 3 of 5 distinct trigrams with the first: Jaccard 3/5 >= 0.5
+        "a dog ran in the park today",
+        "completely different words here now",
+    ]
+    assert near_duplicate_share(texts) == pytest.approx(2 / 4)
+    # Jaccard 2/6 < 0.5: "the cat sat on a hat" shares 2 trigrams with the first of 4 + 4 - 2 = 6
+    assert near_duplicate_share(["the cat sat on the mat", "the cat sat on a hat"]) == 0.0
+    assert near_duplicate_share(["same", "same", "other"]) == pytest.approx(2 / 3)
+
+
+def test_nucleus_keeps_the_smallest_set_reaching_p():
+    import torch
+
+    from kamalcli.steering import nucleus
+
+    kept = nucleus(torch.tensor([[0.5, 0.3, 0.15, 0.05]]), 0.9)
+    # 0.5 + 0.3 = 0.8 < 0.9, so 0.15 is needed too; 0.05 goes
+    assert torch.allclose(kept, torch.tensor([[0.5, 0.3, 0.15, 0.0]]) / 0.95)
+    assert torch.allclose(nucleus(torch.tensor([[0.95, 0.05]]), 0.9), torch.tensor([[1.0, 0.0]]))
+
+
+# -- the generator --------------------------------------------------------------
+
+def test_kv_cache_steps_match_a_full_forward(lm, trained):
+    """The stepper's incremental log-probabilities (left padding, one cache) equal a forward of the whole text."""
+    import torch
+    import torch.nn.functional as F
+
+    from kamalcli.steering import _Stepper
+
+    model, _ = _models(lm, trained)
+    prompts = [model.prompt_ids("the match today"), model.prompt_ids("goal")]
+    stepper = _Stepper(model, prompts)
+    fed = [[5, 6], [7, 8]]
+    for step in range(2):
+        stepper.feed(torch.tensor([fed[0][step], fed[1][step]]))
+    for row, prompt in enumerate(prompts):
+        ids = torch.tensor([prompt + fed[row]])
+        with torch.no_grad():
+            full = F.log_softmax(model.model(input_ids=ids).logits[0, -1].float(), dim=-1)
+        assert torch.allclose(stepper.logits[row], full, atol=1e-4)
+
+
+def test_every_candidate_of_a_step_goes_through_the_teacher_in_one_batch(lm, trained, monkeypatch):
+    from kamalcli.steering import SteeringConfig, TeacherScorer, generate
+
+    model, scorers = _models(lm, trained)
+    calls = []
+    real = TeacherScorer.log_probs
+    monkeypatch.setattr(TeacherScorer, "log_probs", lambda self, texts: calls.append(len(texts)) or real(self, texts))
+    config = SteeringConfig(strength=2.0, top_m=5, max_new_tokens=4)
+    texts, timing = generate(model, scorers["news"], 1, ["the", "a match", "goal"], config, seed=1)
+    assert len(texts) == 3
+    # one forward per step: 3 prompts x 5 candidates (fewer rows once a prompt has ended)
+    assert calls[0] == 3 * 5 and len(calls) <= 4 and all(n % 5 == 0 for n in calls)
+    assert timing.teacher_rows == sum(calls)
+
+
+def test_steering_raises_the_teachers_probability(lm, trained):
+    """Trained teacher, tiny random LM: steering to 'world' (which the teacher gives random text 0.01) works."""
+    import numpy as np
+
+    from kamalcli.steering import SteeringConfig, generate
+
+    model, scorers = _models(lm, trained)
+    prompts = ["the", "a", "new", "today"] * 2
+    p = {}
+    for mode in ("token", "chunk"):
+        for strength in (0.0, 4.0):
+            config = SteeringConfig(strength=strength, top_m=8, max_new_tokens=8, mode=mode, chunk_tokens=4,
+                                    chunk_candidates=6)
+            texts, _ = generate(model, scorers["news"], 0, prompts, config, seed=3)
+            p[mode, strength] = float(np.exp(scorers["news"].log_probs(texts)[:, 0].numpy()).mean())
+    assert p["token", 0.0] < 0.1 and p["chunk", 0.0] == p["token", 0.0]  # plain: the same sampler either way
+    assert p["token", 4.0] > 0.9
+    assert p["chunk", 4.0] > 0.5
+
+
+# -- the command ------------------------------------------------------------------
+
+def test_synthesize_registers_a_dataset_with_provenance(news, lm):
+    out = news("synthesize", "--lm", lm, "--name", "synth", *SMALL, "--strength", 2).stdout
+    assert "Added transfer data synth: 16 generated rows, 4 classes" in out and "distinct-2" in out
+    [data] = news.json("data")
+    assert data["role"] == "transfer" and data["rows"] == 16
+    assert data["label_counts"] == {"world": 4, "sports": 4, "business": 4, "scitech": 4}
+    prov = data["provenance"]
+    assert prov["generator"]["lm"] == str(lm) and len(prov["generator"]["fingerprint"]) == 64
+    assert [t["name"] for t in prov["teachers"]] == ["news", "money"]
+    assert prov["settings"]["strength"] == 2.0 and prov["settings"]["top_m"] == 5 and prov["settings"]["seed"] == 0
+    assert prov["prompts"] == ["Write a short text about {label}."]
+    quality = prov["quality"]
+    assert {(g["teacher"], g["label"]) for g in quality["groups"]} == {
+        ("news", "world"), ("news", "sports"), ("money", "business"), ("money", "scitech")}
+    assert 0 <= quality["overall"]["steering_p"] <= 1 and 0 <= quality["overall"]["others_confidence"] <= 1
+    assert "generated by" in news("data").stdout
+    report = news.json("report")
+    assert report["generated"][0]["data"] == "synth"
+    assert news("report").stdout.count("teacher p(class)") == 1
+    import pyarrow.parquet as pq
+
+    [path] = (news.workspace / ".kamal" / "artifacts" / "data").glob("*.parquet")
+    stored = pq.read_table(path).to_pydict()
+    assert set(stored) == {"text", "label", "teacher", "prompt"}
+    assert stored["prompt"][0] == "Write a short text about " + stored["label"][0] + "."
+    [run] = [r for r in news.json("runs") if r["kind"] == "synthesize"]
+    assert run["status"] == "done" and run["result"] == {"dataset": "synth", "rows": 16}
+
+
+def test_same_seed_same_text_other_seed_other_text(news, lm):
+    news("synthesize", "--lm", lm, "--name", "a", *SMALL, "--teacher", "news")
+    news("synthesize", "--lm", lm, "--name", "b", *SMALL, "--teacher", "news")
+    news("synthesize", "--lm", lm, "--name", "c", *SMALL, "--teacher", "news", "--seed", 9)
+    hashes = {d["name"]: d["content_hash"] for d in news.json("data")}
+    assert hashes["a"] == hashes["b"] != hashes["c"]
+
+
+@pytest.fixture
+def interrupt_batch(monkeypatch):
+    """interrupt_batch(n): Ctrl-C comes while the n-th batch is generated; interrupt_batch(None) undoes it."""
+    from kamalcli import steering
+
+    real = steering.generate
+
+    def arm(n: int | None) -> None:
+        calls = []
+
+        def interrupted(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == n:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(steering, "generate", real if n is None else interrupted)
+
+    return arm
+
+
+def test_interrupted_synthesis_keeps_what_was_written_and_continues(news, lm, interrupt_batch):
+    interrupt_batch(3)
+    result = news("synthesize", "--lm", lm, "--name", "s", *SMALL, code=130)
+    assert "kept" in result.output
+    assert news.json("data") == []
+    [run] = news.json("runs")[-1:]
+    assert run["status"] == "interrupted"
+    units = list((news.workspace / ".kamal" / "artifacts" / "runs").glob("run-*/units/*.json"))
+    assert len(units) == 2
+    news("status")  # another command that takes the write lock must not clean the written batches away
+    news("add-data", tiny.write_jsonl(news.workspace.parent / "x.jsonl", [{"text": "a b"}]), "--name", "x")
+    interrupt_batch(None)
+    out = news("synthesize", "--lm", lm, "--name", "s", *SMALL).output
+    assert "2 of 8 batches were written before" in out
+    news("synthesize", "--lm", lm, "--name", "whole", *SMALL)
+    hashes = {d["name"]: d["content_hash"] for d in news.json("data")}
+    assert hashes["s"] == hashes["whole"]
+    assert not list((news.workspace / ".kamal" / "artifacts" / "runs").glob("run-*"))
+
+
+def test_continuing_with_other_settings_is_refused(news, lm, interrupt_batch):
+    interrupt_batch(2)
+    news("synthesize", "--lm", lm, "--name", "s", *SMALL, code=130)
+    result = news("synthesize", "--lm", lm, "--name", "s", *SMALL, "--strength", 5, code=2)
+    assert "used other settings (strength)" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--per-class", 0], "--per-class must be at least 1"),
+    (["--prompt", "no placeholder"], "has no {label}"),
+    (["--lm", "/no/such/folder"], "not a named causal LM"),
+    (["--teacher", "nobody"], "nobody"),
+    (["--top-p", 1.5], "--top-p must be in (0, 1]"),
+])
+def test_bad_input_is_one_line_and_changes_nothing(news, lm, args, message):
+    before = news.db_snapshot()
+    result = news("synthesize", "--name", "s", *(["--lm", lm] if "--lm" not in args else []), *args, code=2)
+    assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert news.db_snapshot() == before
+
+
+def test_old_workspaces_get_the_provenance_column(news, lm):
+    conn = sqlite3.connect(news.workspace / ".kamal" / "kamal.db")
+    try:
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(datasets)")]
+        names = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")]
+    finally:
+        conn.close()
+    assert "provenance" in columns and "m007_dataset_provenance" in names
+    news("add-data", tiny.write_jsonl(news.workspace.parent / "y.jsonl", [{"text": "a b"}]), "--name", "y")
+    assert news.json("data")[0]["provenance"] is None
+    assert json.loads(json.dumps(news.json("report")))["generated"] == []
