@@ -34,7 +34,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Shipped in the repository (gzipped, with its provenance): a fresh clone can rerun every scenario.
 DEFAULT_DATA = Path(os.environ.get("KAMAL_BENCH_DATA", REPO / "benchmarks" / "data" / "debian-topics"))
 RESULTS = REPO / "benchmarks" / "results"
-WORK = REPO / "benchmarks" / "work"
+# Workspaces (teachers, probe caches, students): another folder with KAMAL_BENCH_WORK, e.g. a checkout's that holds them.
+WORK = Path(os.environ.get("KAMAL_BENCH_WORK", REPO / "benchmarks" / "work"))
 
 # topics10: the reference split in benchmarks/data/debian-topics/README.md
 HALF_A = ["admin", "games", "graphics", "mail", "math"]
