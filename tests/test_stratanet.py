@@ -139,7 +139,15 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     assert info["blocks"] == [[[1], [1]], [[2], [2]]]
     assert 0 <= info["amal_mean_cosine_last_batch"] < 0.99
     assert kamal.json("eval", "strata", "--data", "test")["accuracy"] is not None
-    kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args)
+    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args).output
+    # the teachers were added (kamal has not their training rows): score=auto fits RMD on the generated text
+    assert "score=auto: RMD fitted on synth" in out
+    muki = next(s for s in kamal.json("students") if s["name"] == "muki")
+    assert muki["train"]["objective"]["score"] == "rmd"
+    assert next(r for r in kamal.json("runs") if r["name"] == "muki")["params"]["rmd_fit"] == "synth"  # for --resume
+    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-entropy",
+                "--option", "score=entropy", *args).output
+    assert "fitted on synth" not in out
     kamal("probe", "--data", "synth", "--rmd-fit", "synth", "--mc-samples", 2)
     assert any(p["data"] == "synth" and p["rmd"] for p in kamal.json("report")["probes"])
 

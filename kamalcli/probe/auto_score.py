@@ -2,7 +2,8 @@
 
 Three rules, in order:
 1. RMD whose Gaussians were fitted on data the teachers did not choose themselves
-   (a teacher's own training rows, or labelled rows given with --rmd-fit) for every
+   (a teacher's own training rows, labelled rows given with --rmd-fit, or text
+   kamal synthesize wrote for the teachers, which amalgamate picks up) for every
    teacher. Distance to each teacher's training distribution is the one score measured
    to separate teachers that are all over-confident out of their domain.
 2. Energy when the teachers' label counts differ: max-prob and the entropy-based
