@@ -398,7 +398,12 @@ def reads_confidences(method, options) -> bool:
 def _auto_fits_generated_text(request: AmalgamateRequest, options, teachers) -> bool:
     # teachers kamal trained have their training rows, the better fit (86.7% against 81.8% selection, measured)
     return (request.rmd_fit is None and getattr(options, "confidence_score", None) == "auto"
-            and not all(t.train_dataset_id is not None for t in teachers))
+            and not _trained_here(teachers))
+
+
+def _trained_here(teachers) -> bool:
+    """Every teacher came from `kamal train-teacher`: its training rows are in the workspace."""
+    return all(t.train_dataset_id is not None for t in teachers)
 
 
 def generated_rmd_fit(store, teachers):
@@ -420,7 +425,7 @@ def options_need_rmd(options, teachers=(), rmd_fit: str | None = None) -> bool:
     """score=rmd needs RMD; score=auto uses it only when every fit can be independent of the teachers' own picks."""
     score = getattr(options, "confidence_score", None)
     if score == "auto":
-        return bool(teachers) and (rmd_fit is not None or all(t.train_dataset_id is not None for t in teachers))
+        return bool(teachers) and (rmd_fit is not None or _trained_here(teachers))
     return score == "rmd"
 
 

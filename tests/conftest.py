@@ -107,14 +107,19 @@ def trained(tmp_path_factory, assets) -> dict[str, Path]:
     return {**teachers, "workspace": ws}
 
 
-@pytest.fixture
-def two_teachers(kamal, assets, trained) -> Kamal:
-    """A workspace with the two trained teachers, transfer data and a labelled test set."""
-    kamal("add-teacher", trained["news"], "--name", "news")
-    kamal("add-teacher", trained["money"], "--name", "money")
+def add_teachers_and_data(kamal: Kamal, teachers: dict[str, Path], assets) -> Kamal:
+    """Register these teacher folders by name, the transfer pool and the labelled test set."""
+    for name, folder in teachers.items():
+        kamal("add-teacher", folder, "--name", name)
     kamal("add-data", assets["pool"], "--name", "pool")
     kamal("add-data", assets["test"], "--name", "test", "--role", "eval")
     return kamal
+
+
+@pytest.fixture
+def two_teachers(kamal, assets, trained) -> Kamal:
+    """A workspace with the two trained teachers, transfer data and a labelled test set."""
+    return add_teachers_and_data(kamal, {"news": trained["news"], "money": trained["money"]}, assets)
 
 
 @pytest.fixture

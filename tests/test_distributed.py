@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 import tiny
-from conftest import Kamal
+from conftest import Kamal, add_teachers_and_data
 
 TRAIN = ["--epochs", "2", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
 
@@ -54,12 +54,7 @@ def twin(tmp_path, assets):
     for name in ("one", "two"):
         ws = tmp_path / name
         Kamal(None)("init", ws)
-        k = Kamal(ws)
-        k("add-teacher", assets["teacher_a"], "--name", "a")
-        k("add-teacher", assets["teacher_b"], "--name", "b")
-        k("add-data", assets["pool"], "--name", "pool")
-        k("add-data", assets["test"], "--name", "test", "--role", "eval")
-        out.append(k)
+        out.append(add_teachers_and_data(Kamal(ws), {"a": assets["teacher_a"], "b": assets["teacher_b"]}, assets))
     return out
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import tiny
-from conftest import Kamal
+from conftest import Kamal, add_teachers_and_data
 
 TRAIN = ["--epochs", "1", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32", "--mc-samples", "1"]
 
@@ -33,11 +33,7 @@ def student_ws(tmp_path_factory, assets, trained) -> Kamal:
     """A workspace with two teachers, data and one trained student `s` (shared: tests must not damage it)."""
     root = tmp_path_factory.mktemp("student") / "ws"
     Kamal(None)("init", root)
-    k = Kamal(root)
-    k("add-teacher", trained["news"], "--name", "news")
-    k("add-teacher", trained["money"], "--name", "money")
-    k("add-data", assets["pool"], "--name", "pool")
-    k("add-data", assets["test"], "--name", "test", "--role", "eval")
+    k = add_teachers_and_data(Kamal(root), {"news": trained["news"], "money": trained["money"]}, assets)
     k("amalgamate", "--method", "uhc", "--name", "s", "--student", assets["encoder"], *TRAIN)
     return k
 

@@ -34,9 +34,7 @@ _LOWEST = -(2 ** 15)
 
 def keep_mask(shape: torch.Size, p: float, device: torch.device | str = "cpu") -> torch.Tensor:
     """True where an element is kept: probability 1 - round(65536 p) / 65536."""
-    count = 1
-    for size in shape:
-        count *= size
+    count = shape.numel()
     words = torch.empty((count + 3) // 4, dtype=torch.int64, device=device).random_(-(2 ** 63), 2 ** 63 - 1)
     bits = words.view(torch.int16)[:count].view(shape)
     return bits >= _LOWEST + round(65536 * p)
