@@ -73,6 +73,12 @@ def read_table(
     want_labels: bool,
 ) -> TextTable:
     """Read a file into texts (and labels). cache_dir is scratch space, removed afterwards."""
+    fmt, columns, rows = read_columns(source, cache_dir)
+    return table_of_texts(source, fmt, columns, rows, text_column, label_column, want_labels)
+
+
+def read_columns(source: str | Path, cache_dir: Path) -> tuple[str, list[str], dict[str, list]]:
+    """(format, column names, values per column) of a csv/json/txt/parquet file."""
     path = Path(source).expanduser()
     if not path.is_file():
         raise KamalError(f"{source}: no such file")
@@ -83,7 +89,11 @@ def read_table(
         columns, rows = _load_columns(path, fmt, cache_dir)
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
+    return fmt, columns, rows
 
+
+def table_of_texts(source, fmt: str, columns: list[str], rows: dict[str, list], text_column: str | None,
+                   label_column: str | None, want_labels: bool) -> TextTable:
     if fmt == "text":
         if label_column:
             raise KamalError(f"{source}: a .txt file holds one text per line and no labels; --label-column needs csv, jsonl or parquet")
@@ -189,22 +199,45 @@ def read_cache(path: Path) -> tuple[list[str], list[str] | None]:
 # -- registration -----------------------------------------------------------
 
 def register_dataset(workspace, store, source: str, *, name: str | None, text_column: str | None,
-                     label_column: str | None, role: str):
-    """Read, check and record a dataset. Returns (dataset, notes for the user)."""
+                     label_column: str | None, role: str, data_format: str | None = None,
+                     tokens_column: str | None = None, tags_column: str | None = None,
+                     max_chars: int | None = None):
+    """Read, check and record a dataset (texts, or tokens with BIO tags). Returns (dataset, notes for the user).
+
+    data_format: None (from the file), "conll" or "peoples-daily" (kamalcli/token_data.py).
+    """
+    from kamalcli import token_data
     from kamalcli.names import check_name, default_name
 
     path = Path(source).expanduser()
     name = check_name(default_name(path.name.split(".")[0]) if name is None else name, "dataset")
     if store.has_dataset(name):
         raise KamalError(f"a dataset named {name!r} exists already; choose another --name")
-    table = read_table(path, text_column, label_column, workspace.tmp_dir(), want_labels=(role == "eval"))
+    if max_chars is not None and data_format != "peoples-daily":
+        raise KamalError("--max-chars applies to --format peoples-daily only")
+    if data_format is not None or token_data.is_conll(path):
+        if not path.is_file():
+            raise KamalError(f"{source}: no such file")
+        table = (token_data.read_peoples_daily(path, max_chars) if data_format == "peoples-daily"
+                 else token_data.read_conll(path))
+    else:
+        fmt, columns, rows = read_columns(path, workspace.tmp_dir())
+        if tokens_column is not None or tags_column is not None or token_data.holds_token_lists(columns, rows, None):
+            if fmt == "text":
+                raise KamalError(f"{source}: a .txt file holds one text per line; token data needs jsonl, csv, "
+                                 "parquet or CoNLL")
+            table = token_data.table_from_rows(columns, rows, source, fmt, tokens_column, tags_column)
+        else:
+            table = table_of_texts(path, fmt, columns, rows, text_column, label_column, want_labels=(role == "eval"))
+    if isinstance(table, token_data.TokenTable):
+        return _record_tokens(workspace, store, table, path, name, role)
     if role == "eval" and table.labels is None:
         raise KamalError(f"{source}: an eval set needs gold labels; pass --label-column (columns: {', '.join(table.columns)})")
 
     notes = []
     counts = table.label_counts()
     if counts is not None:
-        known = set(store.label_space().names)
+        known = set(store.label_space(store.teachers_of_task("sequence")).names)
         unknown = {label: n for label, n in counts.items() if label not in known}
         if known and unknown:
             listed = ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items()))
@@ -236,7 +269,32 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
     return dataset, notes
 
 
+def _record_tokens(workspace, store, table, path: Path, name: str, role: str):
+    from kamalcli.token_data import write_token_cache
+
+    if role == "eval" and table.tags is None:
+        raise KamalError(f"{path}: an eval set needs gold tags; pass --tags-column (columns: {', '.join(table.columns)})")
+    notes = []
+    if role == "transfer" and table.tags is not None:
+        notes.append("Tags are stored with this transfer set but amalgamation never trains on them.")
+    content_hash = table.content_hash()
+    cache = workspace.artifact_dir("data") / f"{content_hash[:24]}.parquet"
+    if not cache.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_token_cache(table, cache)
+    dataset = store.add_dataset(
+        name=name, source=str(path.resolve()), format=table.format, role=role, num_rows=table.num_rows,
+        content_hash=content_hash, text_column=table.tokens_column, label_column=table.tags_column,
+        columns=table.columns, label_counts=table.tag_counts(), path=str(cache), provenance=table.provenance,
+        task="token",
+    )
+    return dataset, notes
+
+
 def load_dataset_rows(dataset) -> tuple[list[str], list[str] | None]:
+    if dataset.task != "sequence":
+        raise KamalError(f"dataset {dataset.name} holds tokens with tags (named entities), not texts with labels; "
+                         "use it with token-classification teachers")
     texts, labels = read_cache(Path(dataset.path))
     if len(texts) != dataset.num_rows:
         raise KamalError(f"the workspace copy of dataset {dataset.name} is damaged (row count differs); add it again")

@@ -266,6 +266,16 @@ def _migrations():
         # teachers, settings, seed, prompts, quality figures), as JSON; NULL for data a user added.
         db.execute("ALTER TABLE datasets ADD COLUMN provenance TEXT")
 
+    @migrations()
+    def m008_token_task(db):
+        # Token-level data and students (named-entity recognition) beside sequence classification.
+        # A teacher's task follows from its architecture (*ForTokenClassification); rows made before this
+        # migration are sequence classification.
+        db.execute("ALTER TABLE datasets ADD COLUMN task TEXT NOT NULL DEFAULT 'sequence' "
+                   "CHECK (task IN ('sequence', 'token'))")
+        db.execute("ALTER TABLE students ADD COLUMN task TEXT NOT NULL DEFAULT 'sequence' "
+                   "CHECK (task IN ('sequence', 'token'))")
+
     return migrations
 
 

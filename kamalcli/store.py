@@ -14,6 +14,10 @@ from kamalcli.fsutil import resolved_path, stored_path
 from kamalcli.labels import LabelSpace
 
 
+def task_of_architecture(architecture: str) -> str:
+    return "token" if architecture.endswith("ForTokenClassification") else "sequence"
+
+
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -46,9 +50,15 @@ class Teacher:
     created_at: str
     labels: tuple[str, ...] = ()
 
+    @property
+    def task(self) -> str:
+        """token: a token classifier (named entities, BIO tags); sequence: a text classifier."""
+        return task_of_architecture(self.architecture)
+
     def as_json(self) -> dict:
         return {
             "name": self.name,
+            "task": self.task,
             "labels": list(self.labels),
             "path": self.path,
             "source": self.source,
@@ -80,7 +90,8 @@ class Dataset:
     label_counts: dict[str, int] | None
     path: str
     created_at: str
-    provenance: dict | None = None   # datasets kamal generated (kamal synthesize); None for added data
+    provenance: dict | None = None   # datasets kamal generated (synthesize) or converted; None for added data
+    task: str = "sequence"           # token: tokens with BIO tags (named entities)
 
     @property
     def has_labels(self) -> bool:
@@ -90,6 +101,7 @@ class Dataset:
         return {
             "name": self.name,
             "role": self.role,
+            "task": self.task,
             "rows": self.num_rows,
             "labelled": self.has_labels,
             "label_counts": self.label_counts,
@@ -180,10 +192,12 @@ class Student:
     created_at: str
     parent: str | None = None
     teachers: tuple[dict, ...] = ()
+    task: str = "sequence"
 
     def as_json(self) -> dict:
         return {
             "name": self.name,
+            "task": self.task,
             "method": self.method,
             "options": self.options,
             "base": self.base,
@@ -308,6 +322,9 @@ class Store:
             self.db.execute("DELETE FROM teachers WHERE id = ?", [teacher.id])
             self.db.execute("DELETE FROM labels WHERE id NOT IN (SELECT label_id FROM teacher_labels)")
         return teacher
+
+    def teachers_of_task(self, task: str) -> list[Teacher]:
+        return [t for t in self.teachers() if t.task == task]
 
     def label_space(self, teachers: list[Teacher] | None = None) -> LabelSpace:
         teachers = self.teachers() if teachers is None else teachers

