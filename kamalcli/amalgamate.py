@@ -72,10 +72,27 @@ def percentile(scores: np.ndarray) -> np.ndarray:
     return (rankdata(scores.ravel()) / scores.size).reshape(scores.shape)
 
 
-def _transfer_dataset(store, name: str | None):
+def teachers_task(teachers) -> str:
+    """sequence or token: every teacher's task; teachers of both in one amalgamation are refused."""
+    tasks = {t.task for t in teachers}
+    if len(tasks) > 1:
+        tokens = ", ".join(t.name for t in teachers if t.task == "token")
+        raise KamalError(f"these teachers mix tasks ({tokens} tag tokens, the others classify texts); "
+                         "amalgamate one task at a time with --teacher NAME")
+    return tasks.pop()
+
+
+def check_task(dataset, task: str, role: str) -> None:
+    if dataset.task != task:
+        holds = "tokens with tags" if dataset.task == "token" else "texts"
+        need = "token data (tokens and BIO tags)" if task == "token" else "text data"
+        raise KamalError(f"{role} data {dataset.name} holds {holds}; {task} teachers need {need}")
+
+
+def _transfer_dataset(store, name: str | None, task: str = "sequence"):
     if name:
         return store.dataset(name)
-    transfer = store.datasets(role="transfer")
+    transfer = [d for d in store.datasets(role="transfer") if d.task == task]
     if not transfer:
         raise KamalError("no transfer data: add unlabelled text with `kamal add-data FILE` (role transfer)")
     if len(transfer) > 1:
@@ -111,7 +128,12 @@ def plan(store, request: AmalgamateRequest):
         )
     if len({t.name for t in teachers}) != len(teachers):
         raise KamalError("a teacher is named twice")
-    dataset = _transfer_dataset(store, request.data)
+    task = teachers_task(teachers)
+    if task == "token" and method.token_build is None:
+        raise KamalError(f"{method.name} works on sequence classifiers only; token teachers amalgamate with "
+                         "muki-hard, muki-soft, vanilla-kd or uhc")
+    dataset = _transfer_dataset(store, request.data, task)
+    check_task(dataset, task, "transfer")
     if request.select_by != "transfer-loss":
         if not request.select_by.startswith("eval:"):
             raise KamalError(f"--select-by {request.select_by!r}: use transfer-loss or eval:NAME")
@@ -152,7 +174,8 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     if method.one_process and distributed.current().size > 1:
         raise KamalError(f"{method.name} runs on one process ({method.one_process}); run it without --nproc or torchrun")
     request = replace(request, name=name)
-    if _auto_fits_generated_text(request, options, teachers):
+    token_level = teachers_task(teachers) == "token"
+    if not token_level and _auto_fits_generated_text(request, options, teachers):
         generated = generated_rmd_fit(store, teachers)
         if generated is not None:
             request = replace(request, rmd_fit=generated.name)
@@ -161,7 +184,7 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     train_config = TrainConfig(**request.train)
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)
-    if reads_confidences(method, options):  # the others read logits only: any probe at the training length serves them
+    if reads_confidences(method, options) and not token_level:  # the others read logits only: any probe serves
         need_rmd = options_need_rmd(options, teachers, request.rmd_fit)
         probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=need_rmd,
                                       max_length=train_config.max_length, reprobe=request.reprobe, say=say)
@@ -201,8 +224,10 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     from kamalcli.train.loop import train
 
     train_config = replace(train_config, device=resolve_device(request.device))
-    problem = _problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
-                       workdir, run.id, say)
+    task = teachers_task(teachers)
+    build = _token_problem if task == "token" else _problem
+    problem = build(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                    workdir, run.id, say)
     model, objective, train_rows, held_out, outputs = (problem.model, problem.objective, problem.train_rows,
                                                        problem.held_out, problem.outputs)
     resume = resume and checkpoint.exists(workdir)
@@ -251,7 +276,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
         name=request.name, method=method.name, options=asdict(options), base=str(problem.base_folder), path=str(final),
         labels=list(outputs.space.names), parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
         select_by=request.select_by, seed=train_config.seed, train=train_record, metrics={}, run_id=run.id,
-        losses=losses.steps(),
+        losses=losses.steps(), task=task,
     )
 
 
@@ -278,7 +303,8 @@ class TrainOnRank:
         try:
             method, options, teachers, dataset, _ = plan(store, self.request)
             config = replace(self.train_config, device=resolve_device(self.request.device))
-            problem = _problem(workspace, store, self.request, method, options, teachers, dataset,
+            build = _token_problem if teachers_task(teachers) == "token" else _problem
+            problem = build(workspace, store, self.request, method, options, teachers, dataset,
                                self.probe_request, config, Path(self.workdir), None, say=lambda *a, **k: None,
                                read_only=True)
             train(problem.model, problem.encoded, problem.objective, config, Path(self.workdir),
@@ -323,6 +349,47 @@ def _problem(workspace, store, request, method, options, teachers, dataset, prob
                                 label_indices(gold, outputs.space.names), device)
         say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
     return _Problem(model, tokenizer, base_folder, outputs, probes, encoded, objective, selector, train_rows, held_out)
+
+
+def _token_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config, workdir,
+                   run_id, say, read_only: bool = False) -> _Problem:
+    """The token-level problem (named entities): per-word teacher outputs, a token-classifier student,
+    targets per word read at the student's first sub-token of each word (kamalcli/methods/token_level.py)."""
+    from kamalcli import token_probe
+    from kamalcli.token_data import load_token_rows
+    from kamalcli.train.evaluate import HeldOutLoss, holdout_split
+    from kamalcli.word_alignment import encode_words
+
+    mc_samples = probe_request.mc_samples if reads_confidences(method, options) else \
+        token_probe.cached_passes(store, teachers, dataset, train_config.max_length)
+    outputs, probes = token_probe.teacher_outputs(workspace, store, teachers, dataset,
+                                                  max_length=train_config.max_length, mc_samples=mc_samples,
+                                                  seed=probe_request.seed, device=train_config.device, say=say)
+    model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed, task="token")
+    sentences, _ = load_token_rows(dataset)
+    aligned = encode_words(tokenizer, sentences, train_config.max_length, config=model.config)
+    objective = method.token_build(outputs, options)
+    objective.arrays["positions"] = aligned.positions(outputs.words.shape[1])
+    if aligned.cut_words():
+        say(f"{aligned.cut_words()} words lie beyond --max-length {train_config.max_length} for the student and are "
+            "not trained on.")
+    if request.select_by == "transfer-loss":
+        train_rows, held_out = holdout_split(len(sentences), train_config.seed)
+    else:
+        train_rows, held_out = np.arange(len(sentences)), np.arange(0)
+    selector = None
+    if request.select_by == "transfer-loss" and len(held_out):
+        selector = HeldOutLoss(objective, aligned.encoded, held_out, train_config.device)
+    elif request.select_by.startswith("eval:"):
+        from kamalcli.entities import EntityF1Selector
+
+        eval_set = store.dataset(request.select_by.split(":", 1)[1])
+        check_task(eval_set, "token", "--select-by")
+        selector = EntityF1Selector(eval_set, tokenizer, list(outputs.space.names), train_config.max_length,
+                                    train_config.device)
+        say(f"Model selection uses the tags of {eval_set.name} (entity F1; recorded with the student).")
+    return _Problem(model, tokenizer, base_folder, outputs, probes, aligned.encoded, objective, selector, train_rows,
+                    held_out)
 
 
 def _teacher_outputs(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
@@ -429,7 +496,7 @@ def options_need_rmd(options, teachers=(), rmd_fit: str | None = None) -> bool:
     return score == "rmd"
 
 
-def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: int):
+def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: int, task: str = "sequence"):
     from kamalcli.assets import resolve_model_source
     from kamalcli.modeling import build_student, grow_classifier, labels_of, load_classifier, load_tokenizer
 
@@ -442,7 +509,7 @@ def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: i
         model = grow_classifier(load_classifier(folder), list(space.names[len(old):]), seed=seed)
         return model, load_tokenizer(folder), folder
     base = resolve_model_source(request.student)
-    model = build_student(base, list(space.names), num_layers=request.student_layers, seed=seed)
+    model = build_student(base, list(space.names), num_layers=request.student_layers, seed=seed, task=task)
     return model, load_tokenizer(base), base
 
 

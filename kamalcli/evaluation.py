@@ -20,6 +20,10 @@ def _labelled(dataset):
 def evaluate_student(store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
     from kamalcli.prediction import student_folder, student_logits
 
+    if student.task == "token":
+        from kamalcli.token_evaluation import evaluate_token_student
+
+        return evaluate_token_student(store, student, dataset, device=device)
     student_folder(student)
     texts, gold = _labelled(dataset)
     pred = student_logits(student, texts, device=device, batch_size=batch_size).argmax(axis=1)
@@ -42,16 +46,22 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
     from kamalcli.methods.output_level import union_logits
     from kamalcli.probe.runner import Runner
 
+    if baseline != "ensemble" and not baseline.startswith("teacher:"):
+        raise KamalError(f"unknown baseline {baseline!r}: ensemble or teacher:NAME")
+    if dataset.task == "token":
+        from kamalcli.token_evaluation import evaluate_token_baseline
+
+        return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length)
     texts, gold = _labelled(dataset)
     if baseline == "ensemble":
-        teachers = store.teachers()
+        teachers = store.teachers_of_task("sequence")
         if not teachers:
             raise KamalError("no teachers registered")
     elif baseline.startswith("teacher:"):
         teachers = [store.teacher(baseline.split(":", 1)[1])]
-    else:
-        raise KamalError(f"unknown baseline {baseline!r}: ensemble or teacher:NAME")
-    all_teachers = store.teachers()
+    if teachers[0].task == "token":
+        raise KamalError(f"teacher {teachers[0].name} tags tokens; measure it on token data with tags")
+    all_teachers = store.teachers_of_task("sequence")
     space = store.label_space(all_teachers)
     runner = Runner(workspace, store, device=device)
     probes = [runner.logits_probe(t, dataset, max_length) for t in teachers]

@@ -35,14 +35,29 @@ def load_tokenizer(folder: str | Path):
         raise KamalError(f"cannot load a tokenizer from {folder}: {first_line(e, 160)}") from None
 
 
-def load_classifier(folder: str | Path, *, attn: str | None = None) -> nn.Module:
-    from transformers import AutoModelForSequenceClassification
+def auto_class(task: str = "sequence"):
+    """The transformers Auto class of a task: sequence (one label per text) or token (one tag per token)."""
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
+    return AutoModelForTokenClassification if task == "token" else AutoModelForSequenceClassification
+
+
+def task_of_folder(folder: str | Path) -> str:
+    """token if the folder's config.json names a *ForTokenClassification architecture, else sequence."""
+    from kamalcli.store import task_of_architecture
+
+    path = Path(folder) / "config.json"
+    architectures = (json.loads(path.read_text(encoding="utf-8")).get("architectures") or []) if path.is_file() else []
+    return "token" if any(task_of_architecture(a) == "token" for a in architectures) else "sequence"
+
+
+def load_classifier(folder: str | Path, *, attn: str | None = None) -> nn.Module:
+    """A sequence or token classifier, as its config.json says."""
     kwargs = {"trust_remote_code": False}
     if attn:
         kwargs["attn_implementation"] = attn
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(str(folder), **kwargs)
+        model = auto_class(task_of_folder(folder)).from_pretrained(str(folder), **kwargs)
     except (OSError, ValueError) as e:
         raise KamalError(f"cannot load a classifier from {folder}: {first_line(e, 160)}") from None
     model.eval()
@@ -91,12 +106,12 @@ def disable_mc_dropout(model: nn.Module) -> None:
 # -- students -------------------------------------------------------------------
 
 def build_student(base_folder: str | Path, labels: Sequence[str], *, num_layers: int | None = None,
-                  seed: int = 0) -> nn.Module:
+                  seed: int = 0, task: str = "sequence") -> nn.Module:
     """A classifier over `labels` from a base: a plain encoder or a classifier (its head is replaced).
 
-    num_layers keeps only the first N transformer layers (a shallower student).
+    num_layers keeps only the first N transformer layers (a shallower student). task=token: a tag per token.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoConfig
 
     base_folder = Path(base_folder)
     config = AutoConfig.from_pretrained(str(base_folder), trust_remote_code=False)
@@ -110,10 +125,10 @@ def build_student(base_folder: str | Path, labels: Sequence[str], *, num_layers:
     config.num_labels = len(labels)
     config.id2label = {i: name for i, name in enumerate(labels)}
     config.label2id = {name: i for i, name in enumerate(labels)}
-    config.problem_type = "single_label_classification"
+    config.problem_type = "single_label_classification" if task == "sequence" else None
     torch.manual_seed(seed)  # the new head's initialisation
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
+        model = auto_class(task).from_pretrained(
             str(base_folder), config=config, ignore_mismatched_sizes=True, trust_remote_code=False
         )
     except (OSError, ValueError) as e:

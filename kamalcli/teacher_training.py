@@ -53,6 +53,8 @@ class _TeacherProblem:
 
     @classmethod
     def build(cls, request: TeacherRequest, dataset, config) -> "_TeacherProblem":
+        if dataset.task == "token":
+            return cls.build_token(request, dataset, config)
         from kamalcli.assets import resolve_model_source
         from kamalcli.batching import encode
         from kamalcli.data import load_dataset_rows
@@ -70,6 +72,43 @@ class _TeacherProblem:
         encoded = encode(tokenizer, texts, config.max_length, config=model.config)
         train_rows, held_out = holdout_split(len(texts), config.seed, max_rows=None)
         return cls(model, tokenizer, texts, label_ids, encoded, supervised_objective(label_ids), train_rows, held_out)
+
+
+    @classmethod
+    def build_token(cls, request: TeacherRequest, dataset, config) -> "_TeacherProblem":
+        """A token classifier over O and B-/I- tags of the entity types in request.labels; the data's other
+        entity types become O (the teacher's annotators knew only its types). texts holds the sentences."""
+        from kamalcli.assets import resolve_model_source
+        from kamalcli.modeling import build_student, load_tokenizer
+        from kamalcli.token_data import load_token_rows
+        from kamalcli.train.evaluate import holdout_split
+        from kamalcli.word_alignment import encode_words, max_words
+
+        base = resolve_model_source(request.base)
+        sentences, gold = load_token_rows(dataset)
+        names = token_tag_names(request.labels)
+        index = {name: i for i, name in enumerate(names)}
+        width = max_words(sentences)
+        tags = np.full((len(sentences), width), -1, dtype=np.int64)
+        for i, row in enumerate(gold):
+            tags[i, : len(row)] = [index.get(t, 0) for t in row]  # other types -> O (id 0)
+        model = build_student(base, names, num_layers=request.base_layers, seed=config.seed, task="token")
+        tokenizer = load_tokenizer(base)
+        aligned = encode_words(tokenizer, sentences, config.max_length, config=model.config)
+        objective = Objective({"tags": tags, "positions": aligned.positions(width)}, _word_cross_entropy)
+        train_rows, held_out = holdout_split(len(sentences), config.seed, max_rows=None)
+        return cls(model, tokenizer, sentences, tags, aligned.encoded, objective, train_rows, held_out)
+
+
+def token_tag_names(types: list[str]) -> list[str]:
+    """O, then B- and I- of each entity type."""
+    return ["O"] + [f"{prefix}-{kind}" for kind in types for prefix in ("B", "I")]
+
+
+def _word_cross_entropy(logits, batch):
+    from kamalcli.methods.token_level import word_cross_entropy
+
+    return word_cross_entropy(logits, batch)
 
 
 @dataclass(frozen=True)
@@ -112,9 +151,14 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
     dataset = store.dataset(request.data)
     if not dataset.has_labels:
         raise KamalError(f"dataset {dataset.name} has no labels to train on (add it with --label-column)")
-    if len(request.labels) < 2:
+    token = dataset.task == "token"
+    if len(request.labels) < (1 if token else 2):
         raise KamalError("a teacher needs at least two labels (--labels a,b)")
-    missing = [label for label in request.labels if label not in dataset.label_counts]
+    known = {t[2:] for t in dataset.label_counts if t != "O"} if token else dataset.label_counts
+    missing = [label for label in request.labels if label not in known]
+    if token and missing:
+        raise KamalError(f"{dataset.name} tags no entities of type {', '.join(missing)} (--labels takes entity "
+                         f"types: {', '.join(sorted(known))})")
     if missing:
         raise KamalError(f"{dataset.name} has no rows labelled {', '.join(missing)} (labels: {', '.join(sorted(dataset.label_counts))})")
     config = TrainConfig(**request.train)
@@ -136,13 +180,16 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
                        selector=selector, resume=resume_run is not None, description=f"train-teacher {request.name}",
                        world=world)
         accuracy = None
-        if size:
+        if size and token:
+            accuracy = _held_out_entity_f1(model, tokenizer, texts, label_ids, held_out, config.max_length, device)
+        elif size:
             pred = predict_logits(model, encoded, device=device, rows=held_out).argmax(axis=1)
             accuracy = float((pred == label_ids[held_out]).mean())
         staging = workspace.tmp_dir() / "teacher"
         save_classifier(model, tokenizer, staging, extra={
             "name": request.name, "labels": request.labels, "base": request.base, "data": dataset.name,
-            "rows": int(len(texts)), "train": config.as_json(), "held_out_accuracy": accuracy,
+            "rows": int(len(texts)), "train": config.as_json(),
+            ("held_out_entity_f1" if token else "held_out_accuracy"): accuracy,
         })
         final = workspace.artifact_dir("teachers") / request.name
         if final.exists():
@@ -154,8 +201,18 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
             say(message)
         run.result = {"teacher": teacher.name, "path": str(final), "rows": int(len(texts)), "steps": result.steps,
                       "seconds": result.seconds, "examples_per_second": result.examples_per_second,
-                      "held_out_accuracy": accuracy, "held_out_loss": result.best_metric, "held_out_rows": int(size)}
+                      ("held_out_entity_f1" if token else "held_out_accuracy"): accuracy,
+                      "held_out_loss": result.best_metric, "held_out_rows": int(size)}
     return teacher, run.result
+
+
+def _held_out_entity_f1(model, tokenizer, sentences, tags, rows, max_length: int, device: str) -> float:
+    from kamalcli.entities import entity_scores, student_tags
+
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    chosen = [sentences[i] for i in rows]
+    gold = [[names[t] for t in tags[i, : len(sentences[i])]] for i in rows]
+    return entity_scores(gold, student_tags(model, tokenizer, chosen, names, max_length, device))["entity_f1"]
 
 
 def resume_teacher(workspace, store, name: str, *, say=print):

@@ -15,6 +15,7 @@ from pathlib import Path
 from kamalcli.errors import KamalError, first_line
 from kamalcli.fsutil import sha256_files
 from kamalcli.labels import is_generic_label
+from kamalcli.store import task_of_architecture
 
 WEIGHT_PATTERNS = ("model.safetensors", "model-*.safetensors", "pytorch_model.bin", "pytorch_model-*.bin")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "sentencepiece.bpe.model", "spiece.model", "vocab.json")
@@ -102,10 +103,11 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
             "kamal never runs remote code"
         )
     architectures = config.get("architectures") or []
-    classifier = [a for a in architectures if a.endswith("ForSequenceClassification")]
+    classifier = [a for a in architectures if a.endswith(("ForSequenceClassification", "ForTokenClassification"))]
     if not classifier:
         found = ", ".join(architectures) or "none"
-        raise KamalError(f"{source} is not a sequence classifier (architectures: {found})")
+        raise KamalError(f"{source} is neither a sequence nor a token classifier (architectures: {found})")
+    task = task_of_architecture(classifier[0])
     model_type = config.get("model_type")
     if not model_type:
         raise KamalError(f"{source}: config.json has no model_type")
@@ -139,6 +141,8 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         raise KamalError(f"{source}: label names repeat: {', '.join(names)}")
     if any(not n.strip() for n in names):
         raise KamalError(f"{source}: a label name is empty")
+    if task == "token":
+        check_bio_labels(names, source)
     tokenizer = tokenizer_fingerprint(folder)
     if tokenizer is None:
         raise KamalError(
@@ -146,7 +150,7 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
             "the model was trained with"
         )
     fingerprint = weights_fingerprint(folder)
-    check_weights(folder, len(names))
+    check_weights(folder, len(names), task)
 
     return ModelFolder(
         path=folder,
@@ -164,7 +168,15 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
     )
 
 
-def check_weights(folder: Path, num_labels: int) -> None:
+def check_bio_labels(names, source) -> None:
+    """A token classifier's tags: one O, and B-TYPE / I-TYPE (kamal merges teachers' tags around one O)."""
+    bad = [n for n in names if n != "O" and not (n[:2] in ("B-", "I-") and len(n) > 2)]
+    if bad or "O" not in names:
+        raise KamalError(f"{source}: a token classifier needs BIO tags (O, B-TYPE, I-TYPE); "
+                         + (f"not BIO: {', '.join(bad[:4])}" if bad else "it has no O tag"))
+
+
+def check_weights(folder: Path, num_labels: int, task: str = "sequence") -> None:
     """The weight files load without running pickle, and their tensors have the shapes config.json implies.
 
     The expected shapes come from the model built on the meta device (no memory, no weights);
@@ -173,7 +185,7 @@ def check_weights(folder: Path, num_labels: int) -> None:
     shape, or a model most of whose tensors are missing, is refused.
     """
     stored = _stored_shapes(folder)
-    expected, prefix = _expected_shapes(folder, num_labels)
+    expected, prefix = _expected_shapes(folder, num_labels, task)
     found = 0
     for name, shape in expected.items():
         candidates = (name, f"{prefix}.{name}", name.removeprefix(f"{prefix}."))
@@ -241,15 +253,17 @@ def _bin_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape")}
 
 
-def _expected_shapes(folder: Path, num_labels: int) -> tuple[dict[str, tuple[int, ...]], str]:
+def _expected_shapes(folder: Path, num_labels: int, task: str) -> tuple[dict[str, tuple[int, ...]], str]:
     import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoConfig
+
+    from kamalcli.modeling import auto_class
 
     try:
         config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
         config.num_labels = num_labels
         with torch.device("meta"):
-            model = AutoModelForSequenceClassification.from_config(config, trust_remote_code=False)
+            model = auto_class(task).from_config(config, trust_remote_code=False)
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise KamalError(f"{folder}: config.json does not describe a model transformers can build: "
                          f"{first_line(e, 160)}") from None
@@ -302,9 +316,12 @@ def register_teacher(workspace, store, source: str, *, name: str | None, labels:
         raise KamalError(f"a teacher named {name!r} exists already; choose another --name")
 
     notes = []
-    others = store.teachers()
+    task = task_of_architecture(info.architecture)
+    others = store.teachers_of_task(task)
     space = store.label_space(others)
     for label in info.labels:
+        if task == "token" and label == "O":
+            continue  # every token teacher has O: the union has one
         if label in space.names:
             owners = ", ".join(space.owners(label))
             notes.append(

@@ -113,3 +113,38 @@ def make_causal_lm(folder: Path, *, seed: int = 0) -> Path:
     LlamaForCausalLM(config).save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))
     return folder
+
+
+ENTITY_WORDS = {"PER": TOPICS["sports"], "LOC": TOPICS["world"], "ORG": TOPICS["business"]}
+
+
+def ner_rows(count: int, seed: int = 0, tagged: bool = True) -> list[dict]:
+    """Sentences of filler words with entities of PER / LOC / ORG (one or two words each), BIO-tagged."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        tokens, tags = [], []
+        for _ in range(rng.randint(1, 3)):
+            filler = rng.choices(FILLER, k=rng.randint(1, 3))
+            tokens += filler
+            tags += ["O"] * len(filler)
+            kind = rng.choice(sorted(ENTITY_WORDS))
+            words = rng.choices(ENTITY_WORDS[kind], k=rng.randint(1, 2))
+            tokens += words
+            tags += [f"B-{kind}"] + [f"I-{kind}"] * (len(words) - 1)
+        rows.append({"tokens": tokens, "tags": tags} if tagged else {"tokens": tokens})
+    return rows
+
+
+def make_token_classifier(folder: Path, tags: list[str], *, seed: int = 0, layers: int = 2) -> Path:
+    """A randomly initialised BERT token classifier folder over BIO tags."""
+    import torch
+    from transformers import BertForTokenClassification
+
+    torch.manual_seed(seed)
+    config = tiny_config(len(tags), 0.1, layers)
+    config.id2label = dict(enumerate(tags))
+    config.label2id = {name: i for i, name in enumerate(tags)}
+    BertForTokenClassification(config).save_pretrained(str(folder), safe_serialization=True)
+    make_tokenizer(folder)
+    return folder

@@ -173,6 +173,9 @@ def eval_cmd(app: App, student_name, data_name, baseline, device, as_json) -> No
     if as_json:
         emit_json(metrics)
         return
+    if "entity_f1" in metrics:
+        _entity_table(subject, data_name, metrics)
+        return
     line = f"{subject} on {data_name}: accuracy {pct(metrics['accuracy'])}%, macro-F1 {pct(metrics['macro_f1'])}% ({metrics['rows']} rows)"
     click.echo(line)
     for key, label in (("old_label_accuracy", "old labels"), ("new_label_accuracy", "new labels")):
@@ -182,6 +185,15 @@ def eval_cmd(app: App, student_name, data_name, baseline, device, as_json) -> No
         click.echo(f"  {metrics['unknown_label_rows']} rows have gold labels outside the label space (counted wrong)")
     table(None, ["label", "precision %", "recall %", "F1 %", "support"],
           [(name, pct(v["precision"]), pct(v["recall"]), pct(v["f1"]), v["support"]) for name, v in metrics["per_class"].items()])
+
+
+def _entity_table(subject: str, data_name: str, metrics: dict) -> None:
+    click.echo(f"{subject} on {data_name}: entity F1 {pct(metrics['entity_f1'])}% (precision "
+               f"{pct(metrics['entity_precision'])}%, recall {pct(metrics['entity_recall'])}%; micro over "
+               f"{metrics['entities']} entities in {metrics['sentences']} sentences; exact span and type)")
+    table(None, ["type", "precision %", "recall %", "F1 %", "support", "predicted"],
+          [(kind, pct(v["precision"]), pct(v["recall"]), pct(v["f1"]), v["support"], v["predicted"])
+           for kind, v in metrics["per_type"].items()])
 
 
 @click.command()

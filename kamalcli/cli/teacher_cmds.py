@@ -72,7 +72,8 @@ def remove_teacher(app: App, name: str) -> None:
 
 @click.command("train-teacher")
 @click.argument("data", required=False)
-@click.option("--labels", help="The labels this teacher knows, comma-separated; it trains on the rows of those labels.")
+@click.option("--labels", help="The labels this teacher knows, comma-separated; it trains on the rows of those labels "
+              "(token data: the entity types it tags, e.g. PER,LOC; other types become O).")
 @click.option("--name", help="Name of the new teacher.")
 @click.option("--base", help="Named base (kamal models), encoder folder, or hub id (default: the workspace's student base).")
 @click.option("--base-layers", type=int, help="Keep only the first N layers of the base.")
@@ -102,6 +103,8 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
             teacher, result = run_training(app.workspace, store, request, say=note)
     accuracy = result.get("held_out_accuracy")
     held = f"; held-out accuracy {100 * accuracy:.1f}% on {result['held_out_rows']} rows" if accuracy is not None else ""
+    if result.get("held_out_entity_f1") is not None:
+        held = f"; held-out entity F1 {100 * result['held_out_entity_f1']:.1f}% on {result['held_out_rows']} sentences"
     click.echo(f"Trained teacher {teacher.name} on {result['rows']} rows ({', '.join(teacher.labels)}) in "
                f"{result['seconds']:.0f} s{held}")
 

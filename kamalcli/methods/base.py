@@ -105,6 +105,7 @@ class Method:
     features: str = ""           # where teacher features come from (shown by `kamal methods`)
     labels: str = "no"           # "no", or "optional": gold labels of the transfer rows when asked for
     one_process: str = ""        # why the method cannot run on several processes (torchrun); "" if it can
+    token_build: Callable | None = None  # token-level (named entities) build(TokenTeacherOutputs, options); None: none
 
     @property
     def trains(self) -> bool:
