@@ -1,0 +1,121 @@
+"""Token-level amalgamation end to end on tiny models: train two NER teachers over disjoint entity types,
+amalgamate with every token-level method through the one training loop, measure entity F1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tiny
+from conftest import Kamal
+
+
+@pytest.fixture(scope="module")
+def ner(tmp_path_factory):
+    """A workspace with two trained token teachers (PER+LOC, ORG), a transfer pool and a tagged test set."""
+    root = tmp_path_factory.mktemp("ner")
+    encoder = tiny.make_encoder(root / "encoder", seed=6)
+    train = tiny.write_jsonl(root / "train.jsonl", tiny.ner_rows(240, seed=1))
+    pool = tiny.write_jsonl(root / "pool.jsonl", tiny.ner_rows(160, seed=2, tagged=False))
+    test = tiny.write_jsonl(root / "test.jsonl", tiny.ner_rows(60, seed=3))
+    ws = root / "ws"
+    Kamal(None)("init", ws)
+    k = Kamal(ws)
+    k("add-data", train, "--name", "train")
+    k("add-data", pool, "--name", "pool")
+    k("add-data", test, "--name", "test", "--role", "eval")
+    settings = ["--base", encoder, "--epochs", 12, "--lr", "3e-3", "--batch-size", 16, "--max-length", 32]
+    out = k("train-teacher", "train", "--labels", "PER,LOC", "--name", "perloc", *settings).stdout
+    assert "held-out entity F1" in out
+    k("train-teacher", "train", "--labels", "ORG", "--name", "org", *settings)
+    return {"kamal": k, "encoder": encoder, "root": root}
+
+
+STUDENT = ["--data", "pool", "--epochs", 6, "--lr", "3e-3", "--batch-size", 16, "--max-length", 32, "--mc-samples", 3]
+
+
+def test_token_teachers_are_registered_with_their_task(ner):
+    k = ner["kamal"]
+    teachers = {t["name"]: t for t in k.json("teachers")}
+    assert teachers["perloc"]["task"] == "token"
+    assert teachers["perloc"]["labels"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    assert teachers["org"]["labels"] == ["O", "B-ORG", "I-ORG"]
+
+
+@pytest.mark.parametrize("method", ["muki-hard", "muki-soft", "vanilla-kd", "uhc"])
+def test_every_token_method_trains_and_evaluates(ner, method):
+    k = ner["kamal"]
+    k("amalgamate", "--method", method, "--student", ner["encoder"], "--name", f"s-{method}", *STUDENT)
+    [student] = [s for s in k.json("students") if s["name"] == f"s-{method}"]
+    assert student["task"] == "token"
+    assert student["labels"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
+    assert student["train"]["objective"]["level"] == "token"
+    metrics = k.json("eval", f"s-{method}", "--data", "test")
+    assert 0.0 <= metrics["entity_f1"] <= 1.0
+    assert set(metrics["per_type"]) <= {"PER", "LOC", "ORG"}
+    assert metrics["entities"] == sum(v["support"] for v in metrics["per_type"].values())
+    printed = k("eval", f"s-{method}", "--data", "test").stdout
+    assert "entity F1" in printed and "PER" in printed
+
+
+def test_muki_student_learns_entities_of_both_teachers(ner):
+    k = ner["kamal"]
+    k("amalgamate", "--method", "muki-hard", "--student", ner["encoder"], "--name", "mh-long",
+      *[a if a != 6 else 12 for a in STUDENT])
+    metrics = k.json("eval", "mh-long", "--data", "test")
+    found = {kind for kind, v in metrics["per_type"].items() if v["f1"] > 0}
+    assert {"PER", "ORG"} <= found, metrics["per_type"]
+    info = [s for s in k.json("students") if s["name"] == "mh-long"][0]["train"]["objective"]
+    assert info["contested_words"] > 0 and info["all_o_words"] > 0
+
+
+def test_baselines_ensemble_and_one_teacher(ner):
+    k = ner["kamal"]
+    ensemble = k.json("eval", "--baseline", "ensemble", "--data", "test")
+    alone = k.json("eval", "--baseline", "teacher:org", "--data", "test")
+    # every gold type is listed; one teacher predicts only its own
+    assert set(alone["per_type"]) == {"PER", "LOC", "ORG"}
+    assert alone["per_type"]["PER"]["predicted"] == alone["per_type"]["LOC"]["predicted"] == 0
+    assert alone["per_type"]["ORG"]["predicted"] > 0
+    assert ensemble["entities"] == alone["entities"]
+
+
+def test_tasks_never_mix(ner, assets, tmp_path):
+    k = ner["kamal"]
+    k("add-teacher", assets["teacher_a"], "--name", "topics")
+    try:
+        out = k("amalgamate", "--method", "muki-hard", *STUDENT, code=2).output
+        assert "mix tasks" in out and "Traceback" not in out
+        out = k("amalgamate", "--method", "dfa", "--teacher", "perloc", "--teacher", "org", *STUDENT, code=2).output
+        assert "sequence classifiers only" in out
+        out = k("amalgamate", "--method", "vanilla-kd", "--teacher", "topics", *STUDENT, code=2).output
+        assert "holds tokens with tags" in out
+        out = k("eval", "--baseline", "teacher:topics", "--data", "test", code=2).output
+        assert "sequence classifier" in out
+    finally:
+        k("remove-teacher", "topics")
+
+
+def test_add_teacher_refuses_token_classifier_without_bio_tags(kamal, tmp_path):
+    folder = tiny.make_token_classifier(tmp_path / "bad", ["person", "place", "O"])
+    out = kamal("add-teacher", folder, code=2).output
+    assert "BIO tags" in out
+    folder = tiny.make_token_classifier(tmp_path / "good", ["O", "B-MISC", "I-MISC"])
+    out = kamal("add-teacher", folder, "--name", "misc").stdout
+    assert "Added teacher misc" in out
+
+
+def test_word_alignment_labels_the_first_sub_token():
+    from transformers import BertTokenizerFast
+
+    from kamalcli.word_alignment import encode_words
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "tele", "##scope", "goal", "big"]
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    aligned = encode_words(tokenizer, [["big", "telescope", "goal"], ["goal"] * 5], max_length=5)
+    # [CLS] big tele ##scope goal -> cut at 5 tokens: [CLS] big tele ##scope [SEP]
+    assert aligned.first[0].tolist() == [1, 2, -1]
+    assert aligned.first[1].tolist() == [1, 2, 3, -1, -1]
+    assert aligned.positions().tolist() == [[1, 2, -1, -1, -1], [1, 2, 3, -1, -1]]
+    assert aligned.cut_words() == 3
