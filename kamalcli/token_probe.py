@@ -6,9 +6,9 @@ the mean softmax of K Monte-Carlo-dropout passes. The arrays live in a probe
 folder; the probes table records the probe, and probe_rows one line per
 sentence with the per-word scores averaged over the sentence's words
 (pred: the number of words the teacher tags as entities; max_prob, entropy:
-the mean over words of the plain softmax's; uhat: the mean over words of the
-entity-only confidence MUKI selects with, below; mc_*: the same from the MC
-mean). The sentence averages are for `kamal report`; amalgamation reads the
+the mean over words of the plain softmax's; uhat: the mean over words of
+1 - the entity-only confidence MUKI selects with, below (uhat is an
+uncertainty, as for sequence probes); mc_*: the same from the MC mean). The sentence averages are for `kamal report`; amalgamation reads the
 per-word arrays.
 
 Entity-only confidence of a teacher on a word: its distribution over its own
@@ -100,7 +100,7 @@ def sentence_rows(logits: np.ndarray, mc: np.ndarray | None, words: np.ndarray, 
         full_entropy = -(probs * np.log(np.maximum(probs, 1e-30))).sum(axis=-1)
         entities = ((probs.argmax(axis=-1) != o_index) & words).sum(axis=1)
         return {f"{prefix}pred": entities, f"{prefix}max_prob": mean(probs.max(axis=-1)),
-                f"{prefix}entropy": mean(full_entropy), f"{prefix}uhat": mean(entity_confidence(probs, o_index))}
+                f"{prefix}entropy": mean(full_entropy), f"{prefix}uhat": mean(1 - entity_confidence(probs, o_index))}
 
     plain = softmax(logits.astype(np.float64))
     return {**scores(plain, ""), **scores(plain if mc is None else mc.astype(np.float64), "mc_")}
@@ -120,6 +120,7 @@ def ensure_probe(workspace, store, teacher, dataset, *, max_length: int, mc_samp
     import torch
 
     from kamalcli.fsutil import publish_dir
+    from kamalcli.runtime import resolve_device
     from kamalcli.modeling import load_classifier, load_tokenizer
     from kamalcli.token_data import load_token_rows
     from kamalcli.word_alignment import encode_words
@@ -127,6 +128,7 @@ def ensure_probe(workspace, store, teacher, dataset, *, max_length: int, mc_samp
     say(f"Probing token teacher {teacher.name} on {dataset.name} (K={mc_samples}, max length {max_length}).")
     started = time.perf_counter()
     sentences, _ = load_token_rows(dataset)
+    device = resolve_device(device)
     model = load_classifier(teacher.path).to(device)
     aligned = encode_words(load_tokenizer(teacher.path), sentences, max_length, config=model.config)
     torch.manual_seed(seed)
@@ -145,8 +147,8 @@ def ensure_probe(workspace, store, teacher, dataset, *, max_length: int, mc_samp
     o_index = list(space.names).index("O")
     rows = sentence_rows(logits, mc, words, o_index)
     summary = {"task": "token", "words": int(words.sum()), "cut_words": aligned.cut_words(),
-               "mean_entity_confidence": float(rows["uhat"].mean()),
-               "mean_mc_entity_confidence": float(rows["mc_uhat"].mean()),
+               "mean_entity_confidence": float(1 - rows["uhat"].mean()),
+               "mean_mc_entity_confidence": float(1 - rows["mc_uhat"].mean()),
                "entity_words": int(rows["pred"].sum())}
     if probe is not None:  # its arrays were removed: record it again
         store.delete_probe(probe.id)
@@ -202,3 +204,49 @@ def _width(array: np.ndarray, width: int) -> np.ndarray:
         return array[:, :width]
     pad = [(0, 0), (0, width - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
     return np.pad(array, pad)
+
+
+def probe_token_teachers(workspace, store, teachers, datasets, *, max_length: int, mc_samples: int, seed: int,
+                         device: str, batch_size: int, say=print) -> dict:
+    """kamal probe for token teachers on token data: per-word outputs cached, and on tagged data with two
+    teachers or more, per-word selection figures stored beside the sentence-level ones
+    (kamalcli/token_selection.py; score names say 'per word')."""
+    from kamalcli.token_data import load_token_rows
+    from kamalcli.token_selection import token_selection
+
+    summary = {"computed": [], "cached": [], "selection": {}}
+    for dataset in datasets:
+        for teacher in teachers:
+            key = probe_key(teacher, dataset, max_length, mc_samples, seed)
+            cached = store.find_probe(key) is not None
+            probe, _ = ensure_probe(workspace, store, teacher, dataset, max_length=max_length, mc_samples=mc_samples,
+                                    seed=seed, device=device, batch_size=batch_size,
+                                    width=_words_width(dataset), say=say)
+            pair = {"teacher": teacher.name, "data": dataset.name, "probe_id": probe.id, "seconds": probe.seconds,
+                    "rows": probe.num_rows}
+            (summary["cached"] if cached else summary["computed"]).append(pair)
+        if dataset.has_labels and len(teachers) > 1:
+            outputs, probes = teacher_outputs(workspace, store, teachers, dataset, max_length=max_length,
+                                              mc_samples=mc_samples, seed=seed, device=device, say=say)
+            _, gold = load_token_rows(dataset)
+            results = {}
+            for mc in ((True, False) if mc_samples > 1 else (False,)):
+                s = token_selection(outputs, gold, mc=mc)
+                name = "mc-dropout" if mc else "entropy"
+                rows = s["entity_words"]
+                results[f"{name}, entity tags only (per word)"] = {
+                    "accuracy": s["selection_entity_only"], "auroc": None,
+                    "target_accuracy": s["hard_target_right_entity_words"], "rows": rows}
+                results[f"{name}, O included (per word)"] = {"accuracy": s["selection_with_o"], "auroc": None,
+                                                             "target_accuracy": None, "rows": rows}
+            store.replace_selection(dataset.id, f"token:K={mc_samples}:L={max_length}", [t.name for t in teachers],
+                                    [p.id for p in probes], results)
+            summary["selection"][dataset.name] = results
+    return summary
+
+
+def _words_width(dataset) -> int:
+    from kamalcli.token_data import load_token_rows
+    from kamalcli.word_alignment import max_words
+
+    return max_words(load_token_rows(dataset)[0])

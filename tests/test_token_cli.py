@@ -119,3 +119,21 @@ def test_word_alignment_labels_the_first_sub_token():
     assert aligned.first[1].tolist() == [1, 2, 3, -1, -1]
     assert aligned.positions().tolist() == [[1, 2, -1, -1, -1], [1, 2, 3, -1, -1]]
     assert aligned.cut_words() == 3
+
+
+def test_probe_and_report_token_teachers(ner, tmp_path):
+    k = ner["kamal"]
+    out = k("probe", "--data", "test", "--mc-samples", 3, "--max-length", 32).stdout
+    assert "entity tags only (per word)" in out
+    rows = {r["score"]: r for r in k.json("report")["selection"] if r["data"] == "test"}
+    only, with_o = rows["mc-dropout, entity tags only (per word)"], rows["mc-dropout, O included (per word)"]
+    assert 0.0 <= with_o["accuracy"] <= only["accuracy"] <= 1.0
+    assert only["rows"] > 0
+    probes = [p for p in k.json("report")["probes"] if p.get("task") == "token" and p["data"] == "test"]
+    assert probes and all(0.0 <= p["mean_entity_confidence"] <= 1.0 for p in probes)
+    text = k("report").stdout
+    assert "Token teachers per word" in text
+    k("report", "--html", tmp_path / "r.html")
+    assert (tmp_path / "r.html").stat().st_size > 1000
+    out = k("probe", "--rmd-fit", "test", code=2).output
+    assert "RMD is not computed for token teachers" in out

@@ -113,12 +113,23 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
     if not probe_rows:
         click.echo("No probes yet: run `kamal probe`.")
         return
-    table("Teachers on each dataset (c = 1 - normalised entropy; MC = Monte-Carlo dropout; K = its passes per row)",
-          ["teacher", "data", "K", "mean c", "mean c MC", "acc in %", "ECE in", "ECE in MC", "ECE out", "ECE out MC", "RMD fit"],
-          [(r["teacher"], r["data"], _k(r),
-            _c(r.get("mean_uhat")), _c(r.get("mean_mc_uhat")), pct(r.get("accuracy_in")),
-            _f(r.get("ece_in")), _f(r.get("mc_ece_in")), _f(r.get("ece_out")), _f(r.get("mc_ece_out")),
-            _rmd(r["rmd"])) for r in probe_rows])
+    sentence_rows = [r for r in probe_rows if r.get("task") != "token"]
+    token_rows = [r for r in probe_rows if r.get("task") == "token"]
+    if sentence_rows:
+        table("Teachers on each dataset (c = 1 - normalised entropy; MC = Monte-Carlo dropout; K = its passes per row)",
+              ["teacher", "data", "K", "mean c", "mean c MC", "acc in %", "ECE in", "ECE in MC", "ECE out", "ECE out MC",
+               "RMD fit"],
+              [(r["teacher"], r["data"], _k(r),
+                _c(r.get("mean_uhat")), _c(r.get("mean_mc_uhat")), pct(r.get("accuracy_in")),
+                _f(r.get("ece_in")), _f(r.get("mc_ece_in")), _f(r.get("ece_out")), _f(r.get("mc_ece_out")),
+                _rmd(r["rmd"])) for r in sentence_rows])
+    if token_rows:
+        table("Token teachers per word (c = 1 - normalised entropy over the teacher's entity tags, O left out; "
+              "MC = Monte-Carlo dropout over K passes; no ECE or RMD at token level)",
+              ["teacher", "data", "K", "words", "mean c", "mean c MC", "words tagged as entities", "words cut"],
+              [(r["teacher"], r["data"], r["mc_samples"], r.get("words"), _f(r.get("mean_entity_confidence")),
+                _f(r.get("mean_mc_entity_confidence")), r.get("entity_words"), r.get("cut_words"))
+               for r in token_rows])
     for data, names, rows, best in selection_groups(selections):
         _selection_table(f"{data} ({', '.join(names)})", {r["score"]: r for r in rows})
         if best:

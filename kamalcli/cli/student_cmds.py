@@ -137,10 +137,11 @@ def students(app: App, as_json: bool) -> None:
     for s in found:
         latest = {}
         for e in evals[s.id]:
-            latest[e["data"]] = e["metrics"].get("accuracy")
+            latest[e["data"]] = e["metrics"].get("entity_f1" if s.task == "token" else "accuracy")
         rows.append((s.name, s.method, s.parent or "-", [t["name"] for t in s.teachers], len(s.labels),
                      ", ".join(f"{d} {pct(a)}%" for d, a in latest.items()) or "-", s.select_by))
-    table("Students", ["name", "method", "parent", "teachers", "labels", "accuracy", "selected by"], rows,
+    table("Students", ["name", "method", "parent", "teachers", "labels", "accuracy (token students: entity F1)",
+                       "selected by"], rows,
           empty="none yet (kamal amalgamate --method muki-hard)")
 
 

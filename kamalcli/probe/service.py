@@ -36,25 +36,47 @@ def selection_groups(rows: list[dict]) -> list[tuple[str, tuple[str, ...], list[
     return out
 
 
+def _check_token_request(request: ProbeRequest, rmd_fit, teachers, datasets) -> None:
+    """What kamal probes for token teachers: per-word MC dropout and entropy only; say so for anything else."""
+    names = ", ".join(t.name for t in teachers)
+    if rmd_fit or request.layers not in ("default", "", "none"):
+        raise KamalError(f"RMD is not computed for token teachers ({names}); drop --rmd-fit/--rmd-layers "
+                         "or probe the sequence teachers alone with --teacher NAME")
+    if request.dropout is not None or request.mc_exact:
+        raise KamalError(f"token teachers ({names}) are probed with their own dropout and K full passes; "
+                         "drop --dropout/--mc-exact or probe the sequence teachers alone with --teacher NAME")
+    if not datasets:
+        raise KamalError(f"token teachers ({names}) are probed on token data (tokens with tags); there is none "
+                         "among the datasets asked for")
+
+
 def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=(), dataset_names=(),
                     rmd: bool = True, rmd_fit: str | None = None, device: str = "auto",
                     batch_size: int = 32, mode: str = "auto", say=print) -> dict:
     """Probe every requested (teacher, dataset) pair not yet probed, then RMD and selection."""
     from kamalcli.runs import recorded_run
 
-    teachers = [store.teacher(n) for n in teacher_names] if teacher_names else store.teachers()
-    datasets = [store.dataset(n) for n in dataset_names] if dataset_names else store.datasets()
-    if not teachers:
+    every_teacher = [store.teacher(n) for n in teacher_names] if teacher_names else store.teachers()
+    every_dataset = [store.dataset(n) for n in dataset_names] if dataset_names else store.datasets()
+    if not every_teacher:
         raise KamalError("no teachers to probe: add one with `kamal add-teacher FOLDER`")
-    if not datasets:
+    if not every_dataset:
         raise KamalError("no data to probe on: add some with `kamal add-data FILE`")
+    token_teachers = [t for t in every_teacher if t.task == "token"]
+    token_datasets = [d for d in every_dataset if d.task == "token"]
+    teachers = [t for t in every_teacher if t.task == "sequence"]
+    datasets = [d for d in every_dataset if d.task == "sequence"]
+    if token_teachers:
+        _check_token_request(request, rmd_fit, token_teachers, token_datasets)
+    if teachers and not datasets and not token_teachers:
+        raise KamalError("sequence teachers are probed on text data; the datasets asked for hold tokens with tags")
     fit_dataset = store.dataset(rmd_fit) if rmd_fit else None
     settings = {t.id: request.settings_for(t) for t in teachers}
     if not rmd:
         settings = {k: replace(v, layers=()) for k, v in settings.items()}
     for d in datasets:
         if d.has_labels:
-            unknown = sorted(set(d.label_counts) - set(store.label_space().names))
+            unknown = sorted(set(d.label_counts) - set(store.label_space(teachers).names))
             if unknown:
                 say(f"Note: {d.name} has labels no teacher knows ({', '.join(unknown)}); "
                     "they count as out-of-domain for every teacher.")
@@ -64,6 +86,19 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
     key = request.options_key if rmd else request.options_key + "-normd"
     summary = {"computed": [], "cached": [], "rmd": [], "selection": {}}
     with recorded_run(store, "probe", None, params) as run:
+        if token_teachers and token_datasets:
+            from kamalcli.token_probe import probe_token_teachers
+
+            tokens = probe_token_teachers(workspace, store, token_teachers, token_datasets,
+                                          max_length=request.max_length, mc_samples=request.mc_samples,
+                                          seed=request.seed, device=device, batch_size=batch_size, say=say)
+            for part in ("computed", "cached"):
+                summary[part] += tokens[part]
+            summary["selection"].update(tokens["selection"])
+            run.result = summary
+        if not (teachers and datasets):
+            summary["run_id"] = run.id
+            return summary
         runner = Runner(workspace, store, device=device, batch_size=batch_size, mode=mode,
                         run_id=run.id, options_key=key)
         probes_by_teacher = {t.id: [] for t in teachers}

@@ -120,6 +120,8 @@ def gather(workspace, store) -> Report:
     for (teacher_id, dataset_id), probe in sorted(_shown_probes(store.probes()).items(),
                                                   key=lambda kv: (kv[0][1], kv[0][0])):
         dataset = datasets[dataset_id]
+        if dataset.task == "token":  # per-word figures: the text report's token table and selection rows
+            continue
         if not dataset.has_labels:
             if dataset.name not in report.unlabelled:
                 report.unlabelled.append(dataset.name)
@@ -141,6 +143,7 @@ def gather(workspace, store) -> Report:
         if e["baseline"]:
             baselines[(e["baseline"], e["data"])] = e
     report.baselines = [{"baseline": b, "data": d, "accuracy": e["metrics"].get("accuracy"),
-                         "macro_f1": e["metrics"].get("macro_f1"), "rows": e["metrics"].get("rows")}
+                         "macro_f1": e["metrics"].get("macro_f1"), "rows": e["metrics"].get("rows"),
+                         "entity_f1": e["metrics"].get("entity_f1")}
                         for (b, d), e in baselines.items()]
     return report

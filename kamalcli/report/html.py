@@ -129,6 +129,11 @@ def _training_chart(s: StudentView) -> str:
 
 
 def _evaluation(data: str, m: dict) -> str:
+    if "entity_f1" in m:  # a token student: entity-level figures per type
+        head = (f'<div class="row-name">on {escape(data)}: entity F1 {_pct(m["entity_f1"])}% (precision '
+                f'{_pct(m["entity_precision"])}%, recall {_pct(m["entity_recall"])}%; {m["entities"]} entities)</div>')
+        per_type = [(kind, v["f1"]) for kind, v in m["per_type"].items()]
+        return head + f'<div class="grid">{svg.bar_chart(per_type, title="Entity F1 per type (%)")}</div>'
     labels = m.get("labels") or list((m.get("per_class") or {}).keys())
     head = (f'<div class="row-name">on {escape(data)}: accuracy {_pct(m.get("accuracy"))}%, '
             f'macro-F1 {_pct(m.get("macro_f1"))}% ({m.get("rows")} rows)</div>')
@@ -165,10 +170,12 @@ def students_section(report: Report) -> str:
     rows = []
     for s in report.students:
         for data, m in s.evaluations.items():
-            rows.append((s.name, s.method, data, _pct(m.get("accuracy")), _pct(m.get("macro_f1"))))
-    rows += [(f"baseline {b['baseline']}", "-", b["data"], _pct(b["accuracy"]), _pct(b["macro_f1"]))
-             for b in report.baselines]
-    summary = _table(["student", "method", "data", "accuracy %", "macro-F1 %"], rows, numeric_from=3) if rows else ""
+            rows.append((s.name, s.method, data, _pct(m.get("accuracy")), _pct(m.get("macro_f1")),
+                         _pct(m.get("entity_f1"))))
+    rows += [(f"baseline {b['baseline']}", "-", b["data"], _pct(b["accuracy"]), _pct(b["macro_f1"]),
+              _pct(b.get("entity_f1"))) for b in report.baselines]
+    summary = _table(["student", "method", "data", "accuracy %", "macro-F1 %", "entity F1 %"], rows,
+                     numeric_from=3) if rows else ""
     return summary + "".join(student_block(s) for s in report.students)
 
 
