@@ -3,7 +3,8 @@
 Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, feature-table,
 compression, feature-speed, rl-kd-compression, rl-kd-amalgamation, rl-kd-four, speed, probe-speed
 (the probe's part of speed alone), demo-time (the demo with the exact and the default probe; speed includes it),
-synthesis-speed, data-free, data-free-three, all.
+synthesis-speed, data-free, data-free-three, ner-table (People's Daily NER, MUKI's Table 6;
+--smoke checks its plumbing), all.
 Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `readme` copies the
 latest tables into README.md. Workspaces (teachers, probe caches, students) are
 kept in benchmarks/work/ so a rerun or another scenario reuses them.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -22,8 +24,9 @@ from common import DEFAULT_DATA, PROFILES, REPO, RESULTS, Bench  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 from speed import demo_time, probe_speed, speed  # noqa: E402
 from synthesis import SCENARIOS as SYNTHESIS  # noqa: E402
+from ner import SCENARIOS as NER  # noqa: E402
 
-ALL = {**SCENARIOS, **SYNTHESIS, "speed": speed, "probe-speed": probe_speed, "demo-time": demo_time}
+ALL = {**SCENARIOS, **SYNTHESIS, **NER, "speed": speed, "probe-speed": probe_speed, "demo-time": demo_time}
 
 
 def update_readme() -> None:
@@ -48,6 +51,8 @@ def main() -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_const", dest="profile", const="quick", help="about 15 minutes a scenario (default)")
     mode.add_argument("--full", action="store_const", dest="profile", const="full", help="every row: hours on a CPU")
+    mode.add_argument("--smoke", action="store_const", dest="profile", const="smoke",
+                      help="ner-table only: a few sentences, to check the plumbing")
     parser.add_argument("--seeds", default="1", help="student seeds, e.g. 1,2,3 (mean and std)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="a folder with topics10/{train,test}.jsonl")
     args = parser.parse_args()
@@ -57,7 +62,11 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     names = list(ALL) if args.scenario == "all" else [args.scenario]
     for name in names:
-        ALL[name](Bench(name, PROFILES[args.profile or "quick"], args.data_dir, seeds))
+        profile = args.profile or "quick"
+        if profile not in PROFILES and name != "ner-table":
+            raise SystemExit(f"--{profile} is for ner-table only")
+        # ner-table keeps its own settings per profile (benchmarks/ner.py); --smoke has no topics profile
+        ALL[name](Bench(name, PROFILES.get(profile) or replace(PROFILES["quick"], name=profile), args.data_dir, seeds))
     update_readme()
 
 

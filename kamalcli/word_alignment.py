@@ -3,7 +3,11 @@
 A fast tokenizer's word_ids() says which word each sub-token came from, for
 WordPiece (BERT) and SentencePiece (XLM-R) alike. A word's tag is predicted,
 trained and measured at its first sub-token; later sub-tokens, special tokens
-and padding never enter a loss or a metric. Teachers and students may use
+and padding never enter a loss or a metric. One exception: SentencePiece
+splits a word it has no "▁word" piece for into a bare "▁" (the word boundary,
+the same token for every such word) and the word's pieces; such a word is read
+at its first piece after the bare "▁" (for Chinese characters with an XLM-R
+tokenizer that is most characters: "▁", "中"). Teachers and students may use
 different tokenizers: what they exchange is one distribution per word.
 """
 
@@ -36,6 +40,13 @@ class WordAligned:
         return int(sum((f < 0).sum() for f in self.first))
 
 
+def _bare_boundary_id(tokenizer) -> int | None:
+    """The id of SentencePiece's bare word-boundary piece "▁", or None (WordPiece has none)."""
+    marker = "\u2581"
+    token_id = tokenizer.convert_tokens_to_ids(marker)
+    return None if token_id is None or token_id == tokenizer.unk_token_id else token_id
+
+
 def max_words(first: Sequence[np.ndarray]) -> int:
     return max(1, max((len(f) for f in first), default=1))
 
@@ -49,6 +60,7 @@ def encode_words(tokenizer, sentences: Sequence[Sequence[str]], max_length: int,
         max_length = clamp_length(max_length, config, tokenizer)
     ids: list[np.ndarray] = []
     first: list[np.ndarray] = []
+    boundary = _bare_boundary_id(tokenizer)
     for start in range(0, len(sentences), chunk):
         part = [list(s) for s in sentences[start : start + chunk]]
         enc = tokenizer(part, is_split_into_words=True, truncation=True, max_length=max_length, padding=False,
@@ -56,10 +68,14 @@ def encode_words(tokenizer, sentences: Sequence[Sequence[str]], max_length: int,
         for j, words in enumerate(part):
             ids.append(np.asarray(enc["input_ids"][j], dtype=np.int64))
             positions = np.full(len(words), -1, dtype=np.int64)
+            word_ids = enc.word_ids(j)
+            row = enc["input_ids"][j]
             previous = None
-            for position, word in enumerate(enc.word_ids(j)):
+            for position, word in enumerate(word_ids):
                 if word is not None and word != previous:
-                    positions[word] = position
+                    bare = (row[position] == boundary and position + 1 < len(row)
+                            and word_ids[position + 1] == word)
+                    positions[word] = position + 1 if bare else position
                 previous = word
             first.append(positions)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

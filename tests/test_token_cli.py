@@ -137,3 +137,22 @@ def test_probe_and_report_token_teachers(ner, tmp_path):
     assert (tmp_path / "r.html").stat().st_size > 1000
     out = k("probe", "--rmd-fit", "test", code=2).output
     assert "RMD is not computed for token teachers" in out
+
+
+def test_word_alignment_skips_a_bare_sentencepiece_boundary():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from kamalcli.word_alignment import encode_words
+
+    pieces = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -1.0), ("中", -2.0),
+              ("共", -2.0), ("\u2581goal", -1.0)]
+    backend = Tokenizer(models.Unigram(pieces, unk_id=3))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>",
+                                        unk_token="<unk>", pad_token="<pad>")
+    aligned = encode_words(tokenizer, [["中", "goal", "共"]], max_length=16)
+    tokens = tokenizer.convert_ids_to_tokens(aligned.encoded.ids[0].tolist())
+    assert tokens == ["<s>", "\u2581", "中", "\u2581goal", "\u2581", "共", "</s>"]
+    assert aligned.first[0].tolist() == [2, 3, 5]  # 中 and 共 at their piece, goal at ▁goal

