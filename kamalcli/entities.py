@@ -103,3 +103,19 @@ class EntityF1Selector:
     def measure(self, model) -> float:
         pred = student_tags(model, self.tokenizer, self.sentences, self.names, self.max_length, self.device)
         return entity_scores(self.gold, pred)["entity_f1"]
+
+
+def entities_in_text(text: str, words: Sequence[tuple[str, int, int]], probs, names: Sequence[str]) -> dict:
+    """One text's entities from per-word probabilities (W, |Y|) over names (words beyond W: O).
+
+    Each entity: its type, the text it covers (from its first word's start to its last word's end), the
+    character offsets, and its score: the mean over its words of the probability of the tag chosen there.
+    """
+    best = probs.argmax(axis=-1)
+    tags = [names[best[i]] if i < len(best) else "O" for i in range(len(words))]
+    found = []
+    for kind, start, end in spans(tags):
+        begin, finish = words[start][1], words[end - 1][2]
+        score = float(sum(probs[i, best[i]] for i in range(start, end)) / (end - start))
+        found.append({"type": kind, "text": text[begin:finish], "start": begin, "end": finish, "score": score})
+    return {"text": text, "entities": found}

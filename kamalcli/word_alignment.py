@@ -13,13 +13,20 @@ different tokenizers: what they exchange is one distribution per word.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from kamalcli.batching import Encoded, clamp_length
 from kamalcli.errors import KamalError
+
+if TYPE_CHECKING:  # torch stays out of `kamal predict --onnx`
+    from kamalcli.batching import Encoded
+
+BOUNDARY = "\u2581"  # SentencePiece's word-boundary piece
+# CJK ideographs and symbols, full-width forms: one word per character, as in character-level training data
+_WORD = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]|[^\s\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]+")
 
 
 @dataclass(frozen=True)
@@ -42,9 +49,27 @@ class WordAligned:
 
 def _bare_boundary_id(tokenizer) -> int | None:
     """The id of SentencePiece's bare word-boundary piece "▁", or None (WordPiece has none)."""
-    marker = "\u2581"
-    token_id = tokenizer.convert_tokens_to_ids(marker)
+    token_id = tokenizer.convert_tokens_to_ids(BOUNDARY)
     return None if token_id is None or token_id == tokenizer.unk_token_id else token_id
+
+
+def first_positions(word_ids: Sequence[int | None], bare: Sequence[bool], num_words: int) -> np.ndarray:
+    """Where each word is read: its first sub-token, or the next one if that is a bare boundary piece
+    followed by more of the same word; -1 for a word that has no sub-token (cut by max_length)."""
+    positions = np.full(num_words, -1, dtype=np.int64)
+    previous = None
+    for position, word in enumerate(word_ids):
+        if word is not None and word != previous:
+            skip = bare[position] and position + 1 < len(word_ids) and word_ids[position + 1] == word
+            positions[word] = position + 1 if skip else position
+        previous = word
+    return positions
+
+
+def split_words(text: str) -> list[tuple[str, int, int]]:
+    """Raw text -> (word, start, end): each CJK character or full-width form alone (as in character-level
+    training data such as People's Daily), other runs of non-space characters as whole words."""
+    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
 
 
 def max_words(first: Sequence[np.ndarray]) -> int:
@@ -56,6 +81,8 @@ def encode_words(tokenizer, sentences: Sequence[Sequence[str]], max_length: int,
     if not getattr(tokenizer, "is_fast", False):
         raise KamalError("token-level models need a fast tokenizer (tokenizer.json): kamal aligns words to "
                          "sub-tokens with its word_ids()")
+    from kamalcli.batching import Encoded, clamp_length
+
     if config is not None:
         max_length = clamp_length(max_length, config, tokenizer)
     ids: list[np.ndarray] = []
@@ -67,17 +94,8 @@ def encode_words(tokenizer, sentences: Sequence[Sequence[str]], max_length: int,
                         return_attention_mask=False, return_token_type_ids=False)
         for j, words in enumerate(part):
             ids.append(np.asarray(enc["input_ids"][j], dtype=np.int64))
-            positions = np.full(len(words), -1, dtype=np.int64)
-            word_ids = enc.word_ids(j)
             row = enc["input_ids"][j]
-            previous = None
-            for position, word in enumerate(word_ids):
-                if word is not None and word != previous:
-                    bare = (row[position] == boundary and position + 1 < len(row)
-                            and word_ids[position + 1] == word)
-                    positions[word] = position + 1 if bare else position
-                previous = word
-            first.append(positions)
+            first.append(first_positions(enc.word_ids(j), [t == boundary for t in row], len(words)))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     token_type = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
     return WordAligned(Encoded(ids, pad_id, token_type), first)

@@ -156,3 +156,31 @@ def test_word_alignment_skips_a_bare_sentencepiece_boundary():
     tokens = tokenizer.convert_ids_to_tokens(aligned.encoded.ids[0].tolist())
     assert tokens == ["<s>", "\u2581", "中", "\u2581goal", "\u2581", "共", "</s>"]
     assert aligned.first[0].tolist() == [2, 3, 5]  # 中 and 共 at their piece, goal at ▁goal
+
+
+def test_predict_prints_entities_with_torch_and_onnx_alike(ner):
+    k = ner["kamal"]
+    if not any(s["name"] == "s-muki-hard" for s in k.json("students")):
+        k("amalgamate", "--method", "muki-hard", "--student", ner["encoder"], "--name", "s-muki-hard", *STUDENT)
+    text = "the goal coach said today a market in the treaty"
+    torch_out = k.json("predict", "s-muki-hard", text, "bank")
+    assert [r["text"] for r in torch_out] == [text, "bank"]
+    for e in torch_out[0]["entities"]:
+        assert e["type"] in {"PER", "LOC", "ORG"} and text[e["start"]:e["end"]] == e["text"]
+        assert 0 < e["score"] <= 1
+    out = k("export", "s-muki-hard", "--onnx").stdout
+    assert "parity with PyTorch" in out and "argmax agreement 1.0000" in out
+    onnx_out = k.json("predict", "s-muki-hard", "--onnx", text, "bank")
+    assert [[(e["type"], e["start"], e["end"]) for e in r["entities"]] for r in onnx_out] == \
+        [[(e["type"], e["start"], e["end"]) for e in r["entities"]] for r in torch_out]
+    for a, b in zip(onnx_out, torch_out):
+        for x, y in zip(a["entities"], b["entities"]):
+            assert x["score"] == pytest.approx(y["score"], abs=1e-4)
+    assert "\t" + text in k("predict", "s-muki-hard", text).stdout
+
+
+def test_split_words_cuts_cjk_characters_and_keeps_other_words():
+    from kamalcli.word_alignment import split_words
+
+    assert split_words("江泽民 met Bill，１９") == [("江", 0, 1), ("泽", 1, 2), ("民", 2, 3), ("met", 4, 7),
+                                                 ("Bill", 8, 12), ("，", 12, 13), ("１", 13, 14), ("９", 14, 15)]

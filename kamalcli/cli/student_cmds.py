@@ -207,7 +207,7 @@ def _entity_table(subject: str, data_name: str, metrics: dict) -> None:
 @json_option
 @pass_app
 def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> None:
-    """Classify texts with a student."""
+    """Classify texts with a student (a token student prints the entities it finds)."""
     from kamalcli.prediction import predict_texts, read_texts
 
     all_texts = list(texts) + (read_texts(file) if file else [])
@@ -219,6 +219,9 @@ def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> 
     if onnx and export is None:
         raise KamalError(f"student {student_name} has no ONNX export yet: run `kamal export {student_name} --onnx`")
     device = app.device(device)
+    if student.task == "token":
+        _print_entities(student, all_texts, export, device, as_json)
+        return
     labels, probs = predict_texts(student, all_texts, export=export, device=device)
     top = min(top, len(labels))
     results = []
@@ -232,6 +235,20 @@ def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> 
     for r in results:
         alternatives = "  ".join(f"{t['label']} {t['probability']:.3f}" for t in r["top"][1:])
         click.echo(f"{r['label']}\t{r['probability']:.3f}\t{r['text'][:80]}" + (f"\t({alternatives})" if alternatives else ""))
+
+
+def _print_entities(student, texts, export, device, as_json: bool) -> None:
+    """One line per text: its entities as TYPE "text" [start:end] score (character offsets)."""
+    from kamalcli.prediction import predict_entities
+
+    results = predict_entities(student, texts, export=export, device=device)
+    if as_json:
+        emit_json(results)
+        return
+    for r in results:
+        found = "  ".join(f'{e["type"]} "{e["text"]}" [{e["start"]}:{e["end"]}] {e["score"]:.3f}'
+                          for e in r["entities"]) or "(no entities)"
+        click.echo(f"{found}\t{r['text'][:80]}")
 
 
 COMMANDS = [methods, amalgamate, extend, students, eval_cmd, predict]

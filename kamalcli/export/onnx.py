@@ -136,7 +136,8 @@ def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int) ->
             return self.inner(**dict(zip(names, args)), return_dict=True).logits
 
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    axes["logits"] = {0: "batch"}
+    per_token = type(model).__name__.endswith("ForTokenClassification")
+    axes["logits"] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
     with torch.inference_mode(False), torch.no_grad():
         torch.onnx.export(
             LogitsOnly(model).eval(), _dummy_inputs(tokenizer, names), str(path),
@@ -209,18 +210,29 @@ def _encode(tokenizer, texts: Sequence[str], names: list[str], max_length: int, 
     return _Batches(feeds, ids, padded)
 
 
+def _real_rows(logits: np.ndarray, feed: dict[str, np.ndarray]) -> np.ndarray:
+    """A sequence classifier's (B, |Y|) as it is; a token classifier's (B, T, |Y|) -> one row per real token
+    (padding left out), so that parity compares every token of batches of any width."""
+    if logits.ndim == 2:
+        return logits
+    mask = feed.get("attention_mask", np.ones(logits.shape[:2], dtype=np.int64)).astype(bool)
+    return logits[mask]
+
+
 def _torch_logits(model, batches: _Batches) -> np.ndarray:
     import torch
 
     outs = []
     with torch.inference_mode():
         for feed in batches.feeds:
-            outs.append(model(**{k: torch.from_numpy(v) for k, v in feed.items()}).logits.float().numpy())
+            logits = model(**{k: torch.from_numpy(v) for k, v in feed.items()}).logits.float().numpy()
+            outs.append(_real_rows(logits, feed))
     return np.concatenate(outs).astype(np.float64)
 
 
 def _ort_logits(session, batches: _Batches) -> np.ndarray:
-    return np.concatenate([session.run(["logits"], feed)[0] for feed in batches.feeds]).astype(np.float64)
+    return np.concatenate([_real_rows(session.run(["logits"], feed)[0], feed)
+                           for feed in batches.feeds]).astype(np.float64)
 
 
 def _run(path: Path, batches: _Batches) -> tuple[list[str], np.ndarray]:

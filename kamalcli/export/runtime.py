@@ -214,6 +214,35 @@ class OnnxClassifier:
             out[rows] = self.session.run([self.output_name], feed)[0]
         return out
 
+    def predict_word_proba(self, sentences: Sequence[Sequence[str]], batch_size: int = 32,
+                           max_length: int = 128) -> np.ndarray:
+        """A token classifier's tag probabilities per word (n, W, |Y|), each word read where kamal trained it
+        (kamalcli/word_alignment.py); words cut by max_length are O."""
+        from kamalcli.prediction import word_probabilities
+        from kamalcli.word_alignment import BOUNDARY, first_positions, max_words
+
+        sentences = [list(s) or ["."] for s in sentences]
+        if self.max_positions and max_length > int(self.max_positions):
+            max_length = cut_at_model_limit(int(self.max_positions), max_length)
+        width = max_words(sentences)
+        logits = np.zeros((len(sentences), width, len(self.labels)), dtype=np.float32)
+        seen = np.zeros((len(sentences), width), dtype=bool)
+        self.tokenizer.enable_truncation(max_length, direction=self.truncation_side)
+        self.tokenizer.enable_padding(pad_id=self.pad_id, pad_token=self.pad_token, direction=self.padding_side)
+        for start in range(0, len(sentences), batch_size):
+            part = sentences[start:start + batch_size]
+            encodings = self.tokenizer.encode_batch(part, is_pretokenized=True)
+            columns = {"input_ids": [e.ids for e in encodings], "attention_mask": [e.attention_mask for e in encodings],
+                       "token_type_ids": [e.type_ids for e in encodings]}
+            feed = {name: np.asarray(columns[name], dtype=np.int64) for name in self.input_names}
+            out = self.session.run([self.output_name], feed)[0]
+            for j, (e, words) in enumerate(zip(encodings, part)):
+                positions = first_positions(e.word_ids, [t == BOUNDARY for t in e.tokens], len(words))
+                found = positions >= 0
+                logits[start + j, np.flatnonzero(found)] = out[j, positions[found]]
+                seen[start + j, : len(words)] = found
+        return word_probabilities(logits, seen, self.labels)
+
     def predict_proba(self, texts: Sequence[str], batch_size: int = 32, max_length: int = 128) -> np.ndarray:
         return _softmax(self.predict_logits(texts, batch_size=batch_size, max_length=max_length))
 

@@ -16,12 +16,17 @@ def parity_texts(store, student) -> list[str]:
     """Real texts for the parity check: labelled eval rows first, then the transfer rows."""
     from kamalcli.data import load_dataset_rows
 
-    datasets = store.datasets(role="eval")
+    from kamalcli.token_data import load_token_rows
+
+    task = getattr(student, "task", "sequence")
+    datasets = [d for d in store.datasets(role="eval") if d.task == task]
     if student.transfer_dataset_id is not None:
         datasets.append(store.dataset_by_id(student.transfer_dataset_id))
     texts: list[str] = []
     for dataset in datasets:
-        texts.extend(load_dataset_rows(dataset)[0][: PARITY_ROWS - len(texts)])
+        rows = ([" ".join(tokens) for tokens in load_token_rows(dataset)[0]] if dataset.task == "token"
+                else load_dataset_rows(dataset)[0])
+        texts.extend(rows[: PARITY_ROWS - len(texts)])
         if len(texts) >= PARITY_ROWS:
             break
     if not texts:
@@ -37,10 +42,17 @@ def card_fields(store, student) -> dict:
         [(t["name"], ", ".join(_teacher_labels(store, t)) or "-", t["fingerprint"][:16]) for t in student.teachers],
     )
     latest = store.latest_evaluations(student.id)
-    metrics = markdown_table(
-        ["data", "rows", "accuracy", "macro-F1"],
-        [(d, m["rows"], f"{100 * m['accuracy']:.1f}%", f"{100 * m['macro_f1']:.1f}%") for d, m in latest.items()],
-    ) if latest else "Not evaluated yet (`kamal eval`)."
+    if getattr(student, "task", "sequence") == "token":
+        metrics = markdown_table(
+            ["data", "sentences", "entity precision", "entity recall", "entity F1"],
+            [(d, m["sentences"], f"{100 * m['entity_precision']:.1f}%", f"{100 * m['entity_recall']:.1f}%",
+              f"{100 * m['entity_f1']:.1f}%") for d, m in latest.items()],
+        ) if latest else "Not evaluated yet (`kamal eval`)."
+    else:
+        metrics = markdown_table(
+            ["data", "rows", "accuracy", "macro-F1"],
+            [(d, m["rows"], f"{100 * m['accuracy']:.1f}%", f"{100 * m['macro_f1']:.1f}%") for d, m in latest.items()],
+        ) if latest else "Not evaluated yet (`kamal eval`)."
     transfer = store.dataset_by_id(student.transfer_dataset_id) if student.transfer_dataset_id else None
     labelled = student.select_by.startswith("eval:")
     return {
@@ -85,14 +97,19 @@ def hub_metadata(store, student, latest: dict[str, dict], transfer: str | None) 
     datasets = list(dict.fromkeys(([transfer] if transfer else []) + list(latest)))
     if datasets:
         meta["datasets"] = datasets
+    token = getattr(student, "task", "sequence") == "token"
+    task = ({"type": "token-classification", "name": "Token Classification"} if token
+            else {"type": "text-classification", "name": "Text Classification"})
     results = [{
-        "task": {"type": "text-classification", "name": "Text Classification"},
+        "task": task,
         "dataset": {"name": data, "type": data},
         "metrics": [m for m in (
             {"type": "accuracy", "value": round(metrics["accuracy"], 4), "name": "Accuracy"}
             if metrics.get("accuracy") is not None else None,
             {"type": "f1", "value": round(metrics["macro_f1"], 4), "name": "Macro F1", "args": {"average": "macro"}}
             if metrics.get("macro_f1") is not None else None,
+            {"type": "f1", "value": round(metrics["entity_f1"], 4), "name": "Entity F1 (seqeval)"}
+            if metrics.get("entity_f1") is not None else None,
         ) if m],
     } for data, metrics in latest.items()]
     results = [r for r in results if r["metrics"]]
