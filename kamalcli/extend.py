@@ -64,7 +64,11 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
         raise KamalError(f"a student named {name!r} exists already; choose another --name")
     method = base.method or parent.method
     options = list(base.options) if (base.options or base.method) else _option_pairs(parent.options)
-    if method.startswith("muki") and not any(o.split("=")[0].strip() == "calibrate" for o in base.options):
+    token = parent.task == "token"
+    if any(t.task != parent.task for t in new):
+        raise KamalError(f"{parent.name} {'tags tokens' if token else 'classifies texts'}; every new teacher must too")
+    if (method.startswith("muki") and not token  # token-level MUKI compares entity-only confidences raw
+            and not any(o.split("=")[0].strip() == "calibrate" for o in base.options)):
         # The old student, distilled on soft targets, is less sure of everything than a freshly
         # fine-tuned teacher; compared raw, it loses its own labels (measured: benchmarks, extension).
         options = [o for o in options if not o.startswith("calibrate=")] + ["calibrate=rank"]

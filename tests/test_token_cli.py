@@ -184,3 +184,15 @@ def test_split_words_cuts_cjk_characters_and_keeps_other_words():
 
     assert split_words("江泽民 met Bill，１９") == [("江", 0, 1), ("泽", 1, 2), ("民", 2, 3), ("met", 4, 7),
                                                  ("Bill", 8, 12), ("，", 12, 13), ("１", 13, 14), ("９", 14, 15)]
+
+
+def test_extend_a_token_student_with_a_token_teacher(ner):
+    k = ner["kamal"]
+    k("amalgamate", "--method", "vanilla-kd", "--teacher", "perloc", "--student", ner["encoder"], "--name", "one",
+      *STUDENT)
+    out = k("extend", "one", "--teacher", "org", "--method", "muki-hard", *STUDENT).stdout
+    assert "Trained student one-v2" in out
+    grown = next(s for s in k.json("students") if s["name"] == "one-v2")
+    assert grown["task"] == "token" and grown["parent"] == "one"
+    assert grown["labels"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]  # old ids first
+    assert "entity_f1" in k.json("eval", "one-v2", "--data", "test")
