@@ -83,7 +83,7 @@ def _broken(tmp_path, assets, edit):
 
 
 @pytest.mark.parametrize("case, edit, message", [
-    ("encoder", lambda f, c: c.update(architectures=["BertModel"]), "is not a sequence classifier"),
+    ("encoder", lambda f, c: c.update(architectures=["BertModel"]), "is neither a sequence nor a token classifier"),
     ("remote code", lambda f, c: c.update(auto_map={"AutoModel": "x.Y"}), "never runs remote code"),
     ("no labels", lambda f, c: (c.pop("id2label"), c.pop("label2id")), "names no labels"),
     ("no weights", lambda f, c: (f / "model.safetensors").unlink(), "holds no weights"),

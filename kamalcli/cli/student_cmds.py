@@ -17,13 +17,15 @@ def methods(as_json: bool) -> None:
     from kamalcli.methods import REGISTRY
 
     rows = [{"name": m.name, "summary": m.summary, "trains": m.trains, "paper": m.paper, "options": m.defaults(),
-             "level": m.level, "features": m.features or None, "labels": m.labels} for m in REGISTRY.values()]
+             "level": m.level, "features": m.features or None, "labels": m.labels,
+             "token_level": m.token_build is not None or m.name in ("ensemble", "teacher")} for m in REGISTRY.values()]
     if as_json:
         emit_json(rows)
         return
     table("Methods (kamal amalgamate --method NAME --option key=value)",
-          ["name", "what it does", "teacher features", "gold labels", "options (defaults)", "source"],
-          [(r["name"], r["summary"], r["features"] or "-", r["labels"],
+          ["name", "what it does", "teacher features", "gold labels", "token teachers (NER)", "options (defaults)",
+           "source"],
+          [(r["name"], r["summary"], r["features"] or "-", r["labels"], "yes" if r["token_level"] else "-",
             ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-", r["paper"] or "-") for r in rows])
 
 

@@ -41,18 +41,21 @@ def teachers(app: App, as_json: bool) -> None:
     """The registered teachers and their labels, in registration order."""
     with app.reader() as store:
         found = store.teachers()
-        space = store.label_space(found)
+        spaces = {task: store.label_space([t for t in found if t.task == task]) for task in ("sequence", "token")}
     if as_json:
         emit_json([t.as_json() for t in found])
         return
     table(
         "Teachers",
-        ["name", "labels", "model", "layers", "dropout", "origin", "fingerprint"],
-        [(t.name, t.labels, t.model_type, t.num_layers, t.dropout, t.origin, t.fingerprint[:12]) for t in found],
+        ["name", "task", "labels", "model", "layers", "dropout", "origin", "fingerprint"],
+        [(t.name, t.task, t.labels, t.model_type, t.num_layers, t.dropout, t.origin, t.fingerprint[:12])
+         for t in found],
         empty="none yet (kamal add-teacher FOLDER)",
     )
-    if found:
-        click.echo(f"Union label space ({len(space)}): {', '.join(space.names)}")
+    for task, space in spaces.items():
+        if len(space):
+            kind = "Union label space" if task == "sequence" else "Union tag set of the token teachers (one O)"
+            click.echo(f"{kind} ({len(space)}): {', '.join(space.names)}")
 
 
 @click.command("remove-teacher")
