@@ -248,25 +248,20 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
     if role == "transfer" and table.labels is not None:
         notes.append("Labels are stored with this transfer set but amalgamation never trains on them.")
 
+    dataset = _record(workspace, store, table, write_cache, name=name, source=str(path.resolve()), format=table.format,
+                      role=role, num_rows=table.num_rows, text_column=table.text_column,
+                      label_column=table.label_column, columns=table.columns, label_counts=counts)
+    return dataset, notes
+
+
+def _record(workspace, store, table, write, **fields):
+    """The workspace copy, named by the content hash and written once, then the dataset's record."""
     content_hash = table.content_hash()
     cache = workspace.artifact_dir("data") / f"{content_hash[:24]}.parquet"
     if not cache.exists():
         cache.parent.mkdir(parents=True, exist_ok=True)
-        write_cache(table, cache)
-    dataset = store.add_dataset(
-        name=name,
-        source=str(path.resolve()),
-        format=table.format,
-        role=role,
-        num_rows=table.num_rows,
-        content_hash=content_hash,
-        text_column=table.text_column,
-        label_column=table.label_column,
-        columns=table.columns,
-        label_counts=counts,
-        path=str(cache),
-    )
-    return dataset, notes
+        write(table, cache)
+    return store.add_dataset(content_hash=content_hash, path=str(cache), **fields)
 
 
 def _record_tokens(workspace, store, table, path: Path, name: str, role: str):
@@ -277,17 +272,10 @@ def _record_tokens(workspace, store, table, path: Path, name: str, role: str):
     notes = []
     if role == "transfer" and table.tags is not None:
         notes.append("Tags are stored with this transfer set but amalgamation never trains on them.")
-    content_hash = table.content_hash()
-    cache = workspace.artifact_dir("data") / f"{content_hash[:24]}.parquet"
-    if not cache.exists():
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        write_token_cache(table, cache)
-    dataset = store.add_dataset(
-        name=name, source=str(path.resolve()), format=table.format, role=role, num_rows=table.num_rows,
-        content_hash=content_hash, text_column=table.tokens_column, label_column=table.tags_column,
-        columns=table.columns, label_counts=table.tag_counts(), path=str(cache), provenance=table.provenance,
-        task="token",
-    )
+    dataset = _record(workspace, store, table, write_token_cache, name=name, source=str(path.resolve()),
+                      format=table.format, role=role, num_rows=table.num_rows, text_column=table.tokens_column,
+                      label_column=table.tags_column, columns=table.columns, label_counts=table.tag_counts(),
+                      provenance=table.provenance, task="token")
     return dataset, notes
 
 

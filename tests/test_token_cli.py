@@ -3,7 +3,6 @@ amalgamate with every token-level method through the one training loop, measure 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
