@@ -175,6 +175,8 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
         raise KamalError(f"{method.name} runs on one process ({method.one_process}); run it without --nproc or torchrun")
     request = replace(request, name=name)
     token_level = teachers_task(teachers) == "token"
+    if token_level and distributed.current().size > 1:
+        raise KamalError("token-level amalgamation runs on one process; run it without --nproc or torchrun")
     if not token_level and _auto_fits_generated_text(request, options, teachers):
         generated = generated_rmd_fit(store, teachers)
         if generated is not None:

@@ -195,3 +195,15 @@ def test_extend_a_token_student_with_a_token_teacher(ner):
     assert grown["task"] == "token" and grown["parent"] == "one"
     assert grown["labels"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]  # old ids first
     assert "entity_f1" in k.json("eval", "one-v2", "--data", "test")
+
+
+def test_select_token_student_by_entity_f1_on_tagged_data(ner):
+    k = ner["kamal"]
+    out = k("amalgamate", "--method", "uhc", "--student", ner["encoder"], "--name", "by-f1",
+            "--select-by", "eval:test", *STUDENT).output
+    assert "entity F1" in out
+    student = next(s for s in k.json("students") if s["name"] == "by-f1")
+    assert student["train"]["selected_by"] == "eval:test"
+    best = student["train"]["best_metric"]
+    assert best == max(h["eval:test"] for h in student["train"]["history"])
+    assert best == pytest.approx(k.json("eval", "by-f1", "--data", "test")["entity_f1"], abs=1e-9)
