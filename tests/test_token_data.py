@@ -103,3 +103,28 @@ def test_token_data_bad_input_is_one_line(kamal, tmp_path):
     unlabelled.write_text(json.dumps({"tokens": ["a", "b"]}) + "\n")
     assert "needs gold tags" in kamal("add-data", unlabelled, "--role", "eval", code=2).output
     assert kamal.json("data") == []
+
+
+def test_migration_m008_keeps_old_workspaces_as_sequence_data(tmp_path):
+    """A workspace made before m008 (migrations up to m007) opens with every dataset and student a sequence one."""
+    from kamalcli import db as kamal_db
+
+    path = tmp_path / "old.db"
+    sqlite_utils = kamal_db._import_sqlite_utils()
+    old = sqlite_utils.Database(path)
+    migrations = kamal_db._migrations()
+    migrations._migrations = [m for m in migrations._migrations if m.name != "m008_token_task"]
+    migrations.apply(old)
+    old.execute("INSERT INTO datasets (name, source, format, role, num_rows, content_hash, text_column, columns, path, "
+                "created_at) VALUES ('d', 's', 'json', 'eval', 1, 'h', 'text', '[]', 'p', 'now')")
+    old.conn.commit()
+    old.close()
+    db = kamal_db.open_database(path)
+    try:
+        assert [r[0] for r in db.execute("SELECT task FROM datasets")] == ["sequence"]
+        names = [r[0] for r in db.execute("SELECT name FROM _sqlite_migrations")]
+        assert names[-1] == "m008_token_task"
+        students = [r[1] for r in db.execute("PRAGMA table_info(students)")]
+        assert "task" in students
+    finally:
+        db.close()
