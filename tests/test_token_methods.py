@@ -171,3 +171,20 @@ def test_entity_scores_precision_and_recall_differ():
     assert s["entity_f1"] == pytest.approx(0.8)
     assert s["per_type"]["LOC"] == {"precision": 0.5, "recall": 1.0, "f1": pytest.approx(2 / 3), "support": 1,
                                     "predicted": 2}
+
+
+def test_token_selection_golden():
+    from kamalcli.token_selection import token_selection
+
+    out = _outputs([[0.1, 0.85, 0.05, 0.0, 0.0], [0.9, 0.025, 0.025, 0.025, 0.025], [0.9, 0.025, 0.025, 0.025, 0.025]],
+                   [[0.97, 0.02, 0.01], [0.8, 0.18, 0.02], [0.9, 0.05, 0.05]])
+    s = token_selection(out, [["B-PER", "B-ORG", "O"]], mc=False)
+    # word 0 (PER): entity-only picks a (0.845 > 0.082), with O picks b (0.860 > 0.678): a is right
+    # word 1 (ORG): entity-only picks b (0.531 > 0.0), with O picks a (0.712 > 0.485): b is right
+    assert s["entity_words"] == 2
+    assert s["selection_entity_only"] == 1.0 and s["selection_with_o"] == 0.0
+    # word 1: every teacher says O, so the target is the mean (argmax O): right on 1 of 2 entity words, 2 of 3 words
+    assert s["entity_words_all_teachers_o"] == 0.5
+    assert s["hard_target_right_entity_words"] == 0.5
+    assert s["hard_target_right_all_words"] == pytest.approx(2 / 3)
+    assert s["score"] == "entropy"
