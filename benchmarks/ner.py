@@ -150,7 +150,8 @@ def ner_table(bench: Bench) -> None:
         bench.say("supervised upper bound")
         supervised("train-teacher", "labelled", "--labels", "PER,LOC,ORG", "--name", name, "--base", p.base, *layers,
                    *p.train_args(p.student_epochs, seed))
-    payload[f"supervised, {p.student_epochs} epochs (the students' budget)"] = supervised.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
+    payload[f"supervised, {p.student_epochs} epochs (the students' budget)"] = supervised.json(
+        "eval", "--baseline", f"teacher:{name}", "--data", "test")
     # the same with the teachers' epochs: at the students' budget the bound can fall below students that
     # learn from teachers trained longer
     longer = f"supervised-{p.teacher_epochs}ep-s{seed}"
@@ -158,8 +159,8 @@ def ner_table(bench: Bench) -> None:
         bench.say(f"supervised upper bound, {p.teacher_epochs} epochs")
         supervised("train-teacher", "labelled", "--labels", "PER,LOC,ORG", "--name", longer, "--base", p.base,
                    *layers, *p.train_args(p.teacher_epochs, seed))
-    payload[f"supervised, {p.teacher_epochs} epochs (upper bound; the teachers' budget)"] = supervised.json("eval", "--baseline", f"teacher:{longer}",
-                                                                        "--data", "test")
+    payload[f"supervised, {p.teacher_epochs} epochs (upper bound; the teachers' budget)"] = supervised.json(
+        "eval", "--baseline", f"teacher:{longer}", "--data", "test")
     for teacher in TEACHERS:
         payload[f"teacher {teacher}"] = ws.json("eval", "--baseline", f"teacher:{teacher}", "--data", "test")
     payload["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
