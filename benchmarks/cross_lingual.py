@@ -97,7 +97,7 @@ def cross_lingual(bench: Bench) -> None:
     teachers = {"en-topics": english_labels, "zh-sentiment": ["negative", "positive"]}
     for name, labels in teachers.items():
         _teacher(bench, ws, name, labels)
-    bench.probe(ws)
+    bench.probe(ws, *[a for t in teachers for a in ("--teacher", t)])  # not the supervised bound
 
     rows, payload = [], {}
     union = sorted(english_labels + teachers["zh-sentiment"])
@@ -111,7 +111,9 @@ def cross_lingual(bench: Bench) -> None:
         supervised.append(_scores(ws, "--baseline", f"teacher:{name}"))
     for label, runs in [("supervised (upper bound, same budget)", supervised),
                         *[(f"teacher {t}", [_scores(ws, "--baseline", f"teacher:{t}")]) for t in teachers],
-                        ("ensemble", [_scores(ws, "--baseline", "ensemble")])]:
+                        # the two teachers only: the supervised bound is a teacher of this workspace too
+                        ("ensemble", [_scores(ws, "--baseline", "ensemble",
+                                              *[a for t in teachers for a in ("--teacher", t)])])]:
         row, payload[label] = _row(label, runs)
         rows.append(row)
     for label, method, options in METHODS:

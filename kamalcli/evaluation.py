@@ -40,8 +40,10 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
     return metrics
 
 
-def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto", max_length: int = 128) -> dict:
-    """'ensemble' (argmax of concatenated logits) or 'teacher:NAME' (one teacher, other labels at zero)."""
+def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto", max_length: int = 128,
+                      teacher_names: tuple[str, ...] = ()) -> dict:
+    """'ensemble' (argmax of concatenated logits; of teacher_names only when given) or 'teacher:NAME'
+    (one teacher, other labels at zero)."""
     from kamalcli.amalgamate import teacher_outputs
     from kamalcli.methods.output_level import union_logits
     from kamalcli.probe.runner import Runner
@@ -51,14 +53,10 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
     if dataset.task == "token":
         from kamalcli.token_evaluation import evaluate_token_baseline
 
-        return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length)
+        return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length,
+                                       teacher_names=teacher_names)
     texts, gold = _labelled(dataset)
-    if baseline == "ensemble":
-        teachers = store.teachers_of_task("sequence")
-        if not teachers:
-            raise KamalError("no teachers registered")
-    elif baseline.startswith("teacher:"):
-        teachers = [store.teacher(baseline.split(":", 1)[1])]
+    teachers = baseline_teachers(store, baseline, "sequence", teacher_names)
     if teachers[0].task == "token":
         raise KamalError(f"teacher {teachers[0].name} tags tokens; measure it on token data with tags")
     all_teachers = store.teachers_of_task("sequence")
@@ -73,5 +71,26 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
         scores[:, space.index(name)] = local[:, j]
     pred = scores.argmax(axis=1)
     metrics = classification_metrics(pred, label_indices(gold, space.names), list(space.names))
-    store.add_evaluation(baseline=baseline, dataset_id=dataset.id, metrics=metrics)
+    store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
     return metrics
+
+
+def baseline_teachers(store, baseline: str, task: str, teacher_names: tuple[str, ...] = ()) -> list:
+    """The teachers a baseline stands for: teacher:NAME's one, or the ensemble's (the named ones, else every
+    teacher of the task)."""
+    if baseline.startswith("teacher:"):
+        if teacher_names:
+            raise KamalError("--teacher picks the members of --baseline ensemble; teacher:NAME is one teacher already")
+        return [store.teacher(baseline.split(":", 1)[1])]
+    if teacher_names:
+        if len(set(teacher_names)) != len(teacher_names):
+            raise KamalError("a teacher is named twice")
+        return [store.teacher(name) for name in teacher_names]
+    teachers = store.teachers_of_task(task)
+    if not teachers:
+        raise KamalError(f"no {'token ' if task == 'token' else ''}teachers registered")
+    return teachers
+
+
+def baseline_name(baseline: str, teacher_names: tuple[str, ...] = ()) -> str:
+    return f"{baseline}({','.join(teacher_names)})" if teacher_names else baseline

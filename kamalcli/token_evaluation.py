@@ -35,21 +35,17 @@ def evaluate_token_student(store, student, dataset, *, device: str = "auto") -> 
 
 
 def evaluate_token_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto",
-                            max_length: int = 128) -> dict:
+                            max_length: int = 128, teacher_names: tuple[str, ...] = ()) -> dict:
     """ensemble: argmax per word over all token teachers' concatenated logits (one O, the teachers' O logits
     log-sum-exp'ed, as vanilla-kd's target); teacher:NAME: that teacher's own tags."""
     from kamalcli import token_probe
     from kamalcli.entities import entity_scores, o_row, tags_of
+    from kamalcli.evaluation import baseline_name, baseline_teachers
     from kamalcli.methods.token_level import union_word_logits
     from kamalcli.runtime import resolve_device
 
     sentences, gold = _gold(dataset)
-    if baseline == "ensemble":
-        teachers = store.teachers_of_task("token")
-        if not teachers:
-            raise KamalError("no token teachers registered")
-    else:
-        teachers = [store.teacher(baseline.split(":", 1)[1])]
+    teachers = baseline_teachers(store, baseline, "token", teacher_names)
     outputs, _ = token_probe.teacher_outputs(workspace, store, teachers, dataset, max_length=max_length,
                                              mc_samples=token_probe.cached_passes(store, teachers, dataset, max_length),
                                              device=resolve_device(device), say=lambda *a, **k: None)
@@ -57,6 +53,6 @@ def evaluate_token_baseline(workspace, store, baseline: str, dataset, *, device:
     scores = np.where(outputs.words[..., None], scores, o_row(outputs.space.names, scores.shape[-1]))
     pred = tags_of(scores, [len(s) for s in sentences], outputs.space.names)
     metrics = entity_scores(gold, pred)
-    store.add_evaluation(baseline=baseline, dataset_id=dataset.id, metrics=metrics)
+    store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
     return metrics
 

@@ -99,6 +99,17 @@ def test_eval_predict_and_baselines(two_teachers, assets, tmp_path):
     assert ensemble["rows"] == 80 and sum(map(sum, confusion)) == 80
     assert ensemble["accuracy"] == pytest.approx(sum(confusion[i][i] for i in range(len(confusion))) / 80)
     assert ensemble["accuracy"] >= alone["accuracy"]  # both halves, each from its own teacher
+    # --teacher picks the ensemble's members (a workspace may hold teachers that are not to be ensembled)
+    of_both = two_teachers.json("eval", "--baseline", "ensemble", "--teacher", "news", "--teacher", "money",
+                                "--data", "test")
+    of_news = two_teachers.json("eval", "--baseline", "ensemble", "--teacher", "news", "--data", "test")
+    assert of_both["confusion"] == confusion
+    assert of_news["confusion"] == alone["confusion"]  # one member: that teacher's own argmax
+    for bad, message in ((["kd", "--teacher", "news"], "a student has its own teachers"),
+                         (["--baseline", "teacher:news", "--teacher", "money"], "one teacher already"),
+                         (["--baseline", "ensemble", "--teacher", "nobody"], "nobody")):
+        result = two_teachers("eval", *bad, "--data", "test", code=2)
+        assert message in result.output and "Traceback" not in result.output
     evaluated = {s["name"]: s for s in two_teachers.json("students")}["kd"]["evaluations"]
     assert evaluated[0]["data"] == "test" and evaluated[0]["accuracy"] == metrics["accuracy"]
 
