@@ -132,6 +132,9 @@ def plan(store, request: AmalgamateRequest):
     if task == "token" and method.token_build is None:
         raise KamalError(f"{method.name} works on sequence classifiers only; token teachers amalgamate with "
                          "muki-hard, muki-soft, vanilla-kd or uhc")
+    if task == "token" and request.reprobe:
+        raise KamalError("--reprobe chooses among cached sentence-level probes; token teachers' per-word outputs are "
+                         "cached by data, --max-length and --mc-samples: change one of them to compute new ones")
     dataset = _transfer_dataset(store, request.data, task)
     check_task(dataset, task, "transfer")
     if request.select_by != "transfer-loss":

@@ -96,6 +96,11 @@ def test_tasks_never_mix(ner, assets, tmp_path):
         k("remove-teacher", "topics")
 
 
+def test_reprobe_is_refused_for_token_teachers_not_ignored(ner):
+    out = ner["kamal"]("amalgamate", "--method", "muki-hard", "--reprobe", *STUDENT, code=2).output
+    assert "--reprobe" in out and "Traceback" not in out
+
+
 def test_add_teacher_refuses_token_classifier_without_bio_tags(kamal, tmp_path):
     folder = tiny.make_token_classifier(tmp_path / "bad", ["person", "place", "O"])
     out = kamal("add-teacher", folder, code=2).output
