@@ -28,6 +28,7 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace
+from kamalcli.methods.output_level import softmax
 
 ARRAYS = "token_arrays.npz"
 
@@ -61,12 +62,6 @@ class TokenTeacherOutputs:
     def o_index(self, i: int) -> int:
         """The position of O among teacher i's own tags."""
         return [self.space.names[c] for c in self.space.blocks[self.teachers[i]]].index("O")
-
-
-def softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def entity_confidence(probs: np.ndarray, o_index: int) -> np.ndarray:

@@ -21,7 +21,7 @@ Score = Literal["auto", "mc-dropout", "entropy", "max-prob", "energy", "rmd"]
 Calibration = Literal["none", "rank"]
 
 
-def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x = x - x.max(axis=axis, keepdims=True)
     e = np.exp(x)
     return e / e.sum(axis=axis, keepdims=True)
@@ -126,7 +126,7 @@ def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Object
 
 def build_muki_soft(outputs: TeacherOutputs, options: MukiSoftOptions) -> Objective:
     confidence, padded, weights, info = _muki_common(outputs, options)
-    w = _softmax(confidence / options.tau, axis=1)              # (n, N)
+    w = softmax(confidence / options.tau, axis=1)              # (n, N)
     target = np.einsum("nt,tny->ny", w, padded)
     info["mean_teacher_weight"] = dict(zip(outputs.teachers, w.mean(axis=0).round(4).tolist()))
     if weights is not None:
@@ -156,7 +156,7 @@ def union_logits(outputs: TeacherOutputs, temperature: float = 1.0) -> np.ndarra
 
 
 def build_vanilla_kd(outputs: TeacherOutputs, options: KDOptions) -> Objective:
-    target = _softmax(union_logits(outputs, options.temperature), axis=1)
+    target = softmax(union_logits(outputs, options.temperature), axis=1)
     return Objective({"target": target.astype(np.float32)}, _kl_loss(options.temperature))
 
 

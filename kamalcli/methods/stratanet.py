@@ -166,7 +166,7 @@ def rmd_confidences(arrays: dict, blocks: list[list[tuple[int, ...]]], rows: lis
 
 
 def build_stratanet(context: FeatureContext, options: StrataNetOptions) -> Objective:
-    from kamalcli.methods.output_level import _softmax
+    from kamalcli.methods.output_level import softmax
 
     shapes = context.sources.shapes()
     depth = context.student_depth
@@ -176,7 +176,7 @@ def build_stratanet(context: FeatureContext, options: StrataNetOptions) -> Objec
     outputs = context.outputs
     rows, labels, fitted_on = fit_rows(context, options)
     confidence = rmd_confidences(features.arrays, blocks, rows, labels, outputs.num_rows)
-    weights = _softmax(confidence[:, :, -1].astype(np.float64) / options.tau, axis=1)
+    weights = softmax(confidence[:, :, -1].astype(np.float64) / options.tau, axis=1)
     padded = np.stack([outputs.padded(i, options.temperature) for i in range(len(outputs.teachers))])
     target = np.einsum("nt,tny->ny", weights, padded).astype(np.float32)
     context.say(f"stratanet: RMD confidences per teacher and block ({depth} blocks), fitted on {fitted_on}.")

@@ -127,7 +127,7 @@ def union_word_logits(outputs, temperature: float = 1.0) -> np.ndarray:
 
 
 def build_token_vanilla_kd(outputs, options) -> Objective:
-    from kamalcli.token_probe import softmax
+    from kamalcli.methods.output_level import softmax
 
     target = softmax(union_word_logits(outputs, options.temperature))
     return Objective({"target": target.astype(np.float32), "word_mask": outputs.words.astype(np.float32)},
