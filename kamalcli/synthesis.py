@@ -108,6 +108,10 @@ def synthesize(workspace, store, request: SynthesisRequest, *, say=print):
     teachers = [store.teacher(n) for n in names] if names else store.teachers()
     if not teachers:
         raise KamalError("no teachers registered: kamal add-teacher FOLDER first")
+    taggers = [t.name for t in teachers if getattr(t, "task", "sequence") == "token"]
+    if taggers:  # steering needs one class score per text; a token teacher has one per word
+        raise KamalError(f"synthesize steers text towards a teacher's sentence classes, and {', '.join(taggers)} "
+                         "tag tokens: name sentence teachers with --teacher")
     from kamalcli.assets import resolve_lm_source
 
     lm_folder = resolve_lm_source(request.lm)

@@ -212,3 +212,42 @@ def test_select_token_student_by_entity_f1_on_tagged_data(ner):
     best = student["train"]["best_metric"]
     assert best == max(h["eval:test"] for h in student["train"]["history"])
     assert best == pytest.approx(k.json("eval", "by-f1", "--data", "test")["entity_f1"], abs=1e-9)
+
+
+def test_export_hf_of_a_token_student_tags_in_the_token_classification_pipeline(ner, tmp_path):
+    import json
+
+    from transformers import pipeline
+
+    k = ner["kamal"]
+    if not any(s["name"] == "s-muki-hard" for s in k.json("students")):
+        k("amalgamate", "--method", "muki-hard", "--student", ner["encoder"], "--name", "s-muki-hard", *STUDENT)
+    out = tmp_path / "hf"
+    k("export", "s-muki-hard", "--hf", "--out", out)
+    check = json.loads((out / "export.json").read_text())["check"]
+    assert check["loader"] == "transformers.pipeline('token-classification')"
+    assert check["argmax_agreement"] == 1.0 and check["max_abs_diff"] <= 1e-4 and check["sub_tokens"] > check["rows"]
+    card = (out / "README.md").read_text()
+    assert 'pipeline_tag: "token-classification"' in card and 'pipeline("token-classification"' in card
+    tagged = pipeline("token-classification", model=str(out), ignore_labels=[])("the goal coach said today")
+    assert {t["entity"] for t in tagged} <= {"O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"}
+
+
+def test_a_token_amalgamation_resumes_bit_for_bit_after_ctrl_c(ner, interrupt_training):
+    from safetensors.torch import load_file
+
+    k = ner["kamal"]
+    args = ["--method", "muki-soft", "--student", ner["encoder"], *STUDENT, "--seed", "3"]
+    k("amalgamate", *args, "--name", "straight")
+    interrupt_training(5)
+    assert "kamal amalgamate --resume resumed" in k("amalgamate", *args, "--name", "resumed", code=130).stderr
+    interrupt_training(None)
+    k("amalgamate", "--resume", "resumed")
+    folders = {s["name"]: s["path"] for s in k.json("students")}
+    a, b = (load_file(f"{folders[n]}/model.safetensors") for n in ("straight", "resumed"))
+    assert a.keys() == b.keys() and all(a[key].equal(b[key]) for key in a)
+
+
+def test_synthesize_refuses_token_teachers_in_one_line(ner):
+    result = ner["kamal"]("synthesize", "--teacher", "org", "--per-class", "1", "--name", "gen", code=2)
+    assert result.stderr.strip().splitlines()[-1].endswith("and org tag tokens: name sentence teachers with --teacher")

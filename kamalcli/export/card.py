@@ -39,7 +39,7 @@ def render_card(fields: dict[str, Any], text: str | None = None, kind: str = "on
     if text is not None:
         return fill(text, fields)
     library, tags = FORMATS[kind]
-    metadata = {"library_name": library, "pipeline_tag": "text-classification", "tags": tags,
+    metadata = {"library_name": library, "pipeline_tag": fields.get("pipeline_task", "text-classification"), "tags": tags,
                 **(fields.get("hub_metadata") or {})}
     fields = {"front_matter": front_matter(metadata), **fields}
     fields["format_sections"] = fill(template(f"card_{kind}.md"), fields).rstrip()

@@ -55,8 +55,14 @@ def card_fields(store, student) -> dict:
         ) if latest else "Not evaluated yet (`kamal eval`)."
     transfer = store.dataset_by_id(student.transfer_dataset_id) if student.transfer_dataset_id else None
     labelled = student.select_by.startswith("eval:")
+    token = getattr(student, "task", "sequence") == "token"
     return {
         "name": student.name,
+        "pipeline_task": "token-classification" if token else "text-classification",
+        "usage_arguments": ('aggregation_strategy="simple"' if token else
+                            f"top_k=3, truncation=True, max_length={student.train.get('config', {}).get('max_length')}"),
+        "check_reference": ("the student's own probability of every sub-token's top tag" if token
+                            else "kamal's own predictions"),
         "method": student.method,
         "options": ", ".join(f"{k}={v}" for k, v in sorted(student.options.items())) or "defaults",
         "base": _base_for_people(_kamal_json(Path(student.path)).get("base") or student.base),
