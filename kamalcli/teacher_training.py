@@ -202,7 +202,8 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
         run.result = {"teacher": teacher.name, "path": str(final), "rows": int(len(texts)), "steps": result.steps,
                       "seconds": result.seconds, "examples_per_second": result.examples_per_second,
                       ("held_out_entity_f1" if token else "held_out_accuracy"): accuracy,
-                      "held_out_loss": result.best_metric, "held_out_rows": int(size)}
+                      "held_out_loss": result.best_metric, "held_out_rows": int(size),
+                      "embeddings": "frozen" if result.embeddings_frozen else "trained"}
     return teacher, run.result
 
 

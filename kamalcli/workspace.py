@@ -28,6 +28,7 @@ SETTING_TYPES = {
     ("train", "eval_every"): int, ("train", "patience"): int, ("train", "batch_size"): int, ("train", "lr"): float,
     ("train", "max_length"): int, ("train", "warmup"): float, ("train", "weight_decay"): float,
     ("train", "grad_clip"): float, ("train", "checkpoint_every"): int, ("train", "select_by"): str,
+    ("train", "embeddings"): str,
 }
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 

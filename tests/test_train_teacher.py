@@ -13,6 +13,20 @@ def test_train_teacher_registers_a_teacher_with_its_data(kamal, assets):
     assert teacher["origin"] == "trained" and teacher["labels"] == ["health", "arts"]
     [run] = kamal.json("runs")
     assert run["kind"] == "train-teacher" and run["status"] == "done" and run["result"]["held_out_rows"] == 6
+    assert run["result"]["embeddings"] == "trained"
+
+
+def test_the_embeddings_policy_comes_from_the_flag_or_kamal_toml(kamal, assets, ws):
+    kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
+    args = ["train", "--labels", "health,arts", "--base", assets["encoder"], *SETTINGS]
+    kamal("train-teacher", *args, "--name", "flag", "--embeddings", "freeze")
+    toml = ws / "kamal.toml"
+    toml.write_text(toml.read_text().replace('embeddings = "train"', 'embeddings = "freeze"'))
+    kamal("train-teacher", *args, "--name", "toml", "--seed", "1")  # other weights than "flag"
+    assert [r["result"]["embeddings"] for r in kamal.json("runs")] == ["frozen", "frozen"]
+    toml.write_text(toml.read_text().replace('embeddings = "freeze"', 'embeddings = "thaw"'))
+    result = kamal("train-teacher", *args, "--name", "bad", code=2)
+    assert result.stderr.strip().splitlines()[-1].endswith("embeddings must be one of train, freeze (got 'thaw')")
 
 
 def test_interrupt_and_resume(kamal, assets, interrupt_training):

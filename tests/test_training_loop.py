@@ -159,3 +159,54 @@ def test_a_checkpoint_saved_before_the_step_budget_existed_resumes(problem, tmp_
     torch.save(trainer, path)
     result = train(fresh_model(), encoded, supervised_objective(labels), CONFIG, tmp_path / "old", resume=True)
     assert result.steps == 60
+
+
+@pytest.mark.parametrize("mode, frozen", [("train", False), ("freeze", True)])
+def test_the_word_embeddings_stay_as_they_are_only_when_frozen(problem, tmp_path, mode, frozen):
+    encoded, labels = problem
+    model = fresh_model()
+    words, before = model.get_input_embeddings().weight, {k: v.clone() for k, v in model.state_dict().items()}
+    config = TrainConfig(**{**CONFIG.as_json(), "epochs": 1, "embeddings": mode})
+    result = train(model, encoded, supervised_objective(labels), config, tmp_path / "run")
+    assert result.embeddings_frozen is frozen
+    assert torch.equal(words, before["bert.embeddings.word_embeddings.weight"]) is frozen
+    assert not torch.equal(model.classifier.weight, before["classifier.weight"])  # the rest trained either way
+    assert words.requires_grad  # given back as it was
+
+
+def test_the_fused_optimizer_is_adamw(problem, tmp_path, monkeypatch):
+    """make_optimizer asks torch for its fused AdamW; the weights it trains match the plain loop's."""
+    from kamalcli.train.loop import make_optimizer
+
+    encoded, labels = problem
+    model = fresh_model()
+    assert make_optimizer(model, None, CONFIG).defaults["fused"] is True
+    train(model, encoded, supervised_objective(labels), CONFIG, tmp_path / "fused")
+    original = torch.optim.AdamW
+    monkeypatch.setattr(torch.optim, "AdamW", lambda groups, lr, fused=None: original(groups, lr=lr))
+    plain = fresh_model()
+    train(plain, encoded, supervised_objective(labels), CONFIG, tmp_path / "plain")
+    for (name, a), (_, b) in zip(model.state_dict().items(), plain.state_dict().items()):
+        assert torch.allclose(a, b, atol=1e-4), name
+
+
+def test_frozen_embeddings_resume_bit_for_bit_and_a_changed_policy_is_refused(problem, tmp_path):
+    encoded, labels = problem
+    config = TrainConfig(**{**CONFIG.as_json(), "embeddings": "freeze"})
+    straight = fresh_model()
+    train(straight, encoded, supervised_objective(labels), config, tmp_path / "a")
+    with pytest.raises(StopRequested):
+        train(fresh_model(), encoded, supervised_objective(labels), config, tmp_path / "b",
+              on_step=lambda s: (_ for _ in ()).throw(KeyboardInterrupt) if s == 9 else None)
+    with pytest.raises(KamalError, match="embeddings freeze -> train"):
+        train(fresh_model(), encoded, supervised_objective(labels),
+              TrainConfig(**{**config.as_json(), "embeddings": "train"}), tmp_path / "b", resume=True)
+    resumed = fresh_model()
+    train(resumed, encoded, supervised_objective(labels), config, tmp_path / "b", resume=True)
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_an_unknown_embeddings_policy_is_refused():
+    with pytest.raises(KamalError, match="embeddings must be one of train, freeze"):
+        TrainConfig(embeddings="thaw").validate()

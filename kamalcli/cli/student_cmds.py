@@ -48,7 +48,7 @@ def methods(as_json: bool) -> None:
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by,
                mc_samples, rmd_fit, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
-               device, backend) -> None:
+               embeddings, device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli import amalgamate as service
 
@@ -69,7 +69,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         student=student_base or app.workspace.setting("train", "student", "minilm-l6"),
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"), rmd_fit=rmd_fit,
-        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every),
+        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
     with app.job(app.device(device), backend) as store:
@@ -93,7 +93,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
 @distributed_options
 @pass_app
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
-           reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, device, backend) -> None:
+           reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, device, backend) -> None:
     """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
     from kamalcli import amalgamate as service
     from kamalcli.extend import extend as run_extend
@@ -101,7 +101,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
     base = service.AmalgamateRequest(
         method=method or "", options=list(options), name=name, data=data,
         select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
-        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every),
+        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
     with app.job(app.device(device), backend) as store:

@@ -85,7 +85,7 @@ def remove_teacher(app: App, name: str) -> None:
 @distributed_options
 @pass_app
 def train_teacher(app: App, data, labels, name, base, base_layers, resume, epochs, steps, batch_size, lr, max_length, seed,
-                  checkpoint_every, device, backend) -> None:
+                  checkpoint_every, embeddings, device, backend) -> None:
     """Fine-tune a classifier on a labelled dataset's rows of some labels and register it as a teacher."""
     from kamalcli.teacher_training import TeacherRequest, resume_teacher, train_teacher as run_training
 
@@ -98,7 +98,7 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
         request = TeacherRequest(
             data=data, labels=split_labels(labels), name=name,
             base=base or app.workspace.setting("train", "student", "minilm-l6"), base_layers=base_layers,
-            train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
+            train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings,
                                  default_epochs=1),
             device=app.device(device),
         )

@@ -87,7 +87,10 @@ def load(workdir: Path, model, optimizer, scheduler, config, auxiliary=None, *, 
             raise KamalError("that checkpoint has no state for the method's own parameters; it was made by another method")
         auxiliary.load_state_dict(trainer["auxiliary"]["parameters"])
         auxiliary.load_extra_state(trainer["auxiliary"]["extra"])
-    optimizer.load_state_dict(trainer["optimizer"])
+    try:
+        optimizer.load_state_dict(trainer["optimizer"])
+    except ValueError as e:  # other parameters optimised (e.g. embeddings frozen then, trained now)
+        raise KamalError(f"that checkpoint's optimizer state does not fit this model's trainable parameters ({e})") from None
     scheduler.load_state_dict(trainer["scheduler"])
     torch.set_rng_state(trainer["rng_cpu"])
     if trainer["rng_cuda"] and torch.cuda.is_available():
