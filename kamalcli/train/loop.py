@@ -14,6 +14,7 @@ same forward pass.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import signal
 import threading
@@ -175,6 +176,20 @@ def linear_schedule(total: int, warmup_steps: int) -> Callable[[int], float]:
     return factor
 
 
+def _with_embeddings_policy(train_fn):
+    """Freeze the word embeddings for the run where the config asks (train/embeddings.py), and say so."""
+    @functools.wraps(train_fn)
+    def wrapper(model, encoded, objective, config, workdir, **kwargs):
+        config.validate()
+        with embeddings_policy(model, config.embeddings) as frozen:
+            result = train_fn(model, encoded, objective, config, workdir, **kwargs)
+        result.embeddings_frozen = frozen
+        return result
+
+    return wrapper
+
+
+@_with_embeddings_policy
 def train(
     model: torch.nn.Module,
     encoded: Encoded,
@@ -196,29 +211,6 @@ def train(
     With a world of several processes (kamalcli/distributed.py) each rank takes its share of every
     batch under DistributedDataParallel (train/data_parallel.py); rank 0 alone selects and checkpoints.
     """
-    config.validate()
-    with embeddings_policy(model, config.embeddings) as frozen:
-        result = _train(model, encoded, objective, config, workdir, rows=rows, selector=selector, resume=resume,
-                        on_step=on_step, on_loss=on_loss, description=description, world=world)
-    result.embeddings_frozen = frozen
-    return result
-
-
-def _train(
-    model: torch.nn.Module,
-    encoded: Encoded,
-    objective: Objective,
-    config: TrainConfig,
-    workdir: Path,
-    *,
-    rows: np.ndarray | None = None,
-    selector: Selector | None = None,
-    resume: bool = False,
-    on_step: Callable[[int], None] | None = None,
-    on_loss: Callable[[int, float], None] | None = None,
-    description: str = "train",
-    world: "World | None" = None,  # noqa: F821
-) -> TrainResult:
     from kamalcli.distributed import SINGLE
     from kamalcli.progress import progress_bar
     from kamalcli.train.data_parallel import TrainStep
