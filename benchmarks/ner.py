@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import WORK, Bench, Workspace, markdown, write_results
+from common import WORK, Bench, Workspace, markdown, pct, summarize, write_results
 
 METHODS = [("vanilla-kd", "vanilla-kd", ()), ("uhc", "uhc", ()),
            ("muki-hard", "muki-hard", ("paper=true",)), ("muki-soft", "muki-soft", ("paper=true",))]
@@ -133,7 +133,6 @@ def ner_workspace(bench: Bench, p: NerProfile, key: str) -> Workspace:
 
 def ner_table(bench: Bench) -> None:
     p = PROFILES[bench.profile.name]
-    seed = bench.seeds[0]
     ws = ner_workspace(bench, p, "teachers-" + "-".join(TEACHERS))
     layers = ["--base-layers", str(p.base_layers)]
     for (name, types), half in zip(TEACHERS.items(), ("half-a", "half-b")):
@@ -144,45 +143,51 @@ def ner_table(bench: Bench) -> None:
     bench.say("probe the teachers on the transfer and test sentences")
     ws("probe", "--data", "transfer", "--data", "test", "--mc-samples", p.mc_samples, "--max-length", p.max_length,
        quiet=True)
-    rows, payload = [], {}
+    runs: dict[str, list[dict]] = {}  # row label -> one eval per seed
 
     supervised = ner_workspace(bench, p, "supervised")
-    name = f"supervised-s{seed}"
-    if not supervised.has_teacher(name):
-        bench.say("supervised upper bound")
-        supervised("train-teacher", "labelled", "--labels", "PER,LOC,ORG", "--name", name, "--base", p.base, *layers,
-                   *p.train_args(p.student_epochs, seed))
-    payload[f"supervised, {p.student_epochs} epochs (the students' budget)"] = supervised.json(
-        "eval", "--baseline", f"teacher:{name}", "--data", "test")
-    # the same with the teachers' epochs: at the students' budget the bound can fall below students that
-    # learn from teachers trained longer
-    longer = f"supervised-{p.teacher_epochs}ep-s{seed}"
-    if not supervised.has_teacher(longer):
-        bench.say(f"supervised upper bound, {p.teacher_epochs} epochs")
-        supervised("train-teacher", "labelled", "--labels", "PER,LOC,ORG", "--name", longer, "--base", p.base,
-                   *layers, *p.train_args(p.teacher_epochs, seed))
-    payload[f"supervised, {p.teacher_epochs} epochs (upper bound; the teachers' budget)"] = supervised.json(
-        "eval", "--baseline", f"teacher:{longer}", "--data", "test")
+    # the bound at the students' budget, and with the teachers' epochs: at the students' budget it can fall
+    # below students that learn from teachers trained longer
+    bounds = {p.student_epochs: (f"supervised, {p.student_epochs} epochs (the students' budget)", "")}
+    if p.teacher_epochs != p.student_epochs:
+        bounds[p.teacher_epochs] = (f"supervised, {p.teacher_epochs} epochs (upper bound; the teachers' budget)",
+                                    f"-{p.teacher_epochs}ep")
+    for seed in bench.seeds:
+        for epochs, (label, suffix) in bounds.items():
+            name = f"supervised{suffix}-s{seed}"
+            if not supervised.has_teacher(name):
+                bench.say(f"supervised upper bound, {epochs} epochs, seed {seed}")
+                supervised("train-teacher", "labelled", "--labels", "PER,LOC,ORG", "--name", name, "--base", p.base,
+                           *layers, *p.train_args(epochs, seed))
+            runs.setdefault(label, []).append(supervised.json("eval", "--baseline", f"teacher:{name}", "--data", "test"))
     for teacher in TEACHERS:
-        payload[f"teacher {teacher}"] = ws.json("eval", "--baseline", f"teacher:{teacher}", "--data", "test")
-    payload["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
+        runs[f"teacher {teacher}"] = [ws.json("eval", "--baseline", f"teacher:{teacher}", "--data", "test")]
+    runs["ensemble"] = [ws.json("eval", "--baseline", "ensemble", "--data", "test")]
     for label, method, options in METHODS:
-        student = f"{label}-s{seed}"
-        if not ws.has_student(student):
-            bench.say(f"amalgamate {student}")
-            ws("amalgamate", "--method", method, "--name", student, "--student", p.base,
-               "--student-layers", str(p.base_layers), "--data", "transfer", "--mc-samples", str(p.mc_samples),
-               *[a for o in options for a in ("--option", o)], *p.train_args(p.student_epochs, seed), quiet=True)
-        metrics = ws.json("eval", student, "--data", "test")
-        train = next(s for s in ws.json("students") if s["name"] == student)["train"]
-        payload[label] = {**metrics, "train_seconds": train["seconds"], "objective": train["objective"]}
+        for seed in bench.seeds:
+            student = f"{label}-s{seed}"
+            if not ws.has_student(student):
+                bench.say(f"amalgamate {student}")
+                ws("amalgamate", "--method", method, "--name", student, "--student", p.base,
+                   "--student-layers", str(p.base_layers), "--data", "transfer", "--mc-samples", str(p.mc_samples),
+                   *[a for o in options for a in ("--option", o)], *p.train_args(p.student_epochs, seed), quiet=True)
+            metrics = ws.json("eval", student, "--data", "test")
+            train = next(s for s in ws.json("students") if s["name"] == student)["train"]
+            runs.setdefault(label, []).append({**metrics, "train_seconds": train["seconds"],
+                                               "objective": train["objective"]})
 
     types = ["PER", "LOC", "ORG"]
-    for label, m in payload.items():
-        per = [m["per_type"].get(t, {}).get("f1") for t in types]
-        rows.append([label, *(f"{100 * v:.1f}" if v is not None else "-" for v in per),
-                     f"{100 * m['entity_precision']:.1f}", f"{100 * m['entity_recall']:.1f}",
-                     f"{100 * m['entity_f1']:.1f}"])
+    rows, payload = [], {}
+    for label, evals in runs.items():
+        def figure(read):
+            values = [read(m) for m in evals]
+            return None if any(v is None for v in values) else summarize(values)
+
+        per = [figure(lambda m, t=t: m["per_type"].get(t, {}).get("f1")) for t in types]
+        overall = [figure(lambda m, k=k: m[k]) for k in ("entity_precision", "entity_recall", "entity_f1")]
+        payload[label] = {"seeds": evals, "per_type_f1": dict(zip(types, per)),
+                          **dict(zip(("entity_precision", "entity_recall", "entity_f1"), overall))}
+        rows.append([label, *(pct(v) if v is not None else "-" for v in per + overall)])
     table = markdown(["method", "PER F1 %", "LOC F1 %", "ORG F1 %", "precision %", "recall %", "entity F1 %"], rows)
     selection = [s for s in ws.json("report")["selection"] if s["data"] == "test"]
     table += "\n\nTeacher selection per word on the test sentences' entity words (the same probes):\n\n" + markdown(
