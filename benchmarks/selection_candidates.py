@@ -1,6 +1,7 @@
 """Teacher selection by candidate scores kamal does not ship, on a workspace's cached probes (no training).
 
 python benchmarks/selection_candidates.py WORKSPACE [--transfer NAME] [--transfer-gold NAME] [--eval NAME]
+                                          [--student NAME ...]
 
 For each score: how often the most confident teacher owns the gold label on the eval rows, its AUROC,
 and the same share on the transfer rows (their labels are read here only to measure). Candidates:
@@ -9,7 +10,9 @@ and the same share on the transfer rows (their labels are read here only to meas
 - per teacher: each raw score z-scored, or ranked, over that teacher's own transfer rows;
 - kNN: a row's score averaged with its 10 nearest transfer rows', in a shared embedding (each teacher's
   last-layer features, centred, unit length, concatenated);
-- cluster: the mean score of the row's cluster (30 k-means clusters of that embedding).
+- cluster: the mean score of the row's cluster (30 k-means clusters of that embedding);
+- a trained student's block probability (--student): the mass it puts on each teacher's labels, the
+  selection an EM-like second round would start from.
 Uses the newest probe per (teacher, dataset) with K > 1; reads the workspace, writes nothing.
 """
 
@@ -59,12 +62,21 @@ def kmeans(x: np.ndarray, k: int, iterations: int = 30, seed: int = 0) -> np.nda
     return centres
 
 
+def _blocks(store, student_name: str, dataset, teachers) -> np.ndarray:
+    """(rows, teachers): the student's probability mass on each teacher's labels."""
+    from kamalcli.prediction import predict_texts
+
+    names, probs = predict_texts(store.find_student(student_name), load_dataset_rows(dataset)[0], device="cpu")
+    return np.stack([probs[:, [names.index(label) for label in t.labels]].sum(axis=1) for t in teachers], axis=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workspace")
     parser.add_argument("--transfer", default="transfer")
     parser.add_argument("--transfer-gold", default="labelled", help="the same rows as --transfer, with labels")
     parser.add_argument("--eval", default="test")
+    parser.add_argument("--student", action="append", default=[], help="a trained student of these teachers")
     args = parser.parse_args()
     store = Store.open(find_workspace(args.workspace))
     teachers = store.teachers()
@@ -123,6 +135,9 @@ def main() -> None:
                           if (cluster["transfer"] == j).any() else np.zeros(len(teachers)) for j in range(30)])
         for k in sets:
             scores[k][f"{name}, per cluster (30)"] = means[cluster[k]]
+    for name in args.student:
+        for k in sets:
+            scores[k][f"student {name}'s block probability"] = _blocks(store, name, sets[k], teachers)
     print(f"| score | right teacher on {args.eval} % | AUROC | right teacher on {args.transfer} % |")
     print("|---|---|---|---|")
     for name in scores["eval"]:
