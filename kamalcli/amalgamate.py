@@ -262,7 +262,7 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
         "examples_per_second": result.examples_per_second, "best_step": result.best_step,
         "best_metric": result.best_metric, "selected_by": result.selected_by or "last step",
         "history": result.history, "stopped_early": result.stopped_early, "epochs": result.epochs,
-        "embeddings": "frozen" if result.embeddings_frozen else "trained",
+        "embeddings": result.embeddings,
         "train_rows": int(len(train_rows)), "held_out_rows": int(len(held_out)),
         "objective": objective.info,
     }

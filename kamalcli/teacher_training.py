@@ -203,7 +203,7 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
                       "seconds": result.seconds, "examples_per_second": result.examples_per_second,
                       ("held_out_entity_f1" if token else "held_out_accuracy"): accuracy,
                       "held_out_loss": result.best_metric, "held_out_rows": int(size),
-                      "embeddings": "frozen" if result.embeddings_frozen else "trained"}
+                      "embeddings": result.embeddings}
     return teacher, run.result
 
 

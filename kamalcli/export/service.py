@@ -56,11 +56,12 @@ def card_fields(store, student) -> dict:
     transfer = store.dataset_by_id(student.transfer_dataset_id) if student.transfer_dataset_id else None
     labelled = student.select_by.startswith("eval:")
     token = getattr(student, "task", "sequence") == "token"
+    max_length = student.train.get("config", {}).get("max_length")
     return {
         "name": student.name,
         "pipeline_task": "token-classification" if token else "text-classification",
         "usage_arguments": ('aggregation_strategy="simple"' if token else
-                            f"top_k=3, truncation=True, max_length={student.train.get('config', {}).get('max_length')}"),
+                            f"top_k=3, truncation=True, max_length={max_length}"),
         "check_reference": ("the student's own probability of every sub-token's top tag" if token
                             else "kamal's own predictions"),
         "method": student.method,
@@ -74,7 +75,7 @@ def card_fields(store, student) -> dict:
         "lineage": f"extends {student.parent}" if student.parent else "first version",
         "select_by": student.select_by + (" (labelled data)" if labelled else " (label-free)"),
         "select_by_note": f" (but the best checkpoint was chosen on the labels of {student.select_by[5:]})" if labelled else "",
-        "max_length": student.train.get("config", {}).get("max_length"),
+        "max_length": max_length,
         "hub_metadata": hub_metadata(store, student, latest, transfer.name if transfer else None),
     }
 

@@ -35,8 +35,8 @@ def _word_embeddings(model: "torch.nn.Module") -> "torch.nn.Parameter | None":
 
 @contextlib.contextmanager
 def embeddings_policy(model: "torch.nn.Module", mode: str) -> Iterator[bool]:
-    """Yields whether the word embeddings are frozen for the duration; their requires_grad comes back after."""
-    check_mode(mode)
+    """Yields whether the word embeddings are frozen for the duration; their requires_grad comes back after.
+    The mode was checked by TrainConfig.validate."""
     weight = _word_embeddings(model)
     if mode == "train" or weight is None:
         if mode == "freeze":

@@ -121,6 +121,11 @@ class TrainResult:
     stopped_early: bool = False
     embeddings_frozen: bool = False
 
+    @property
+    def embeddings(self) -> str:
+        """What runs and students record."""
+        return "frozen" if self.embeddings_frozen else "trained"
+
 
 class StopRequested(KeyboardInterrupt):
     """Ctrl-C arrived; the loop saved a checkpoint at a step boundary."""
