@@ -14,12 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kamalcli.errors import KamalError, KamalFailure
 
 DEFAULT_PROMPT = "Write a short text about {label}."
+PROMPT_FIELDS = ("label",)  # the class a text is steered to
 KIND = "synthesize"
 
 
@@ -56,7 +58,15 @@ class SynthesisRequest:
             if not ok:
                 raise KamalError(message)
         for prompt in self.prompts:
-            if "{label}" not in prompt:
+            try:
+                fields = {name for _, name, _, _ in string.Formatter().parse(prompt) if name is not None}
+            except ValueError as e:
+                raise KamalError(f"--prompt {prompt!r}: {e} (write {{{{ and }}}} for a literal brace)") from None
+            unknown = sorted(fields - set(PROMPT_FIELDS))
+            if unknown:
+                raise KamalError(f"--prompt {prompt!r}: unknown field {{{unknown[0]}}}; a prompt may use "
+                                 + ", ".join(f"{{{f}}}" for f in PROMPT_FIELDS))
+            if "label" not in fields:
                 raise KamalError(f"--prompt {prompt!r} has no {{label}}: the class name goes there")
 
 

@@ -213,6 +213,8 @@ def test_continuing_with_other_settings_is_refused(news, lm, interrupt_batch):
 @pytest.mark.parametrize("args, message", [
     (["--per-class", 0], "--per-class must be at least 1"),
     (["--prompt", "no placeholder"], "has no {label}"),
+    (["--prompt", "about {lable}"], "unknown field {lable}; a prompt may use {label}"),
+    (["--prompt", "about {label} {"], "Single '{' encountered"),
     (["--lm", "/no/such/folder"], "not a named causal LM"),
     (["--teacher", "nobody"], "nobody"),
     (["--top-p", 1.5], "--top-p must be in (0, 1]"),
