@@ -13,7 +13,7 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace, label_indices
-from kamalcli.probe.runner import ProbeRequest
+from kamalcli.probe.runner import ProbeRequest, generated_fit_line
 
 
 @dataclass
@@ -435,6 +435,8 @@ def _teacher_outputs(workspace, store, request, method, options, teachers, datas
                 if note and note["source"] == "pseudo":
                     say(f"RMD for {teacher.name} is fitted on rows it is itself confident on (circular); "
                         "--rmd-fit NAME gives it labelled data.")
+                elif note and note["generated"]:
+                    say(generated_fit_line(note))
     outputs = teacher_outputs(store, teachers, probes)
     return outputs, probes, runner
 

@@ -4,6 +4,7 @@ and the method end to end on generated text."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -142,6 +143,9 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args).output
     # the teachers were added (kamal has not their training rows): score=auto fits RMD on the generated text
     assert "score=auto: RMD fitted on synth" in out
+    fitted = re.findall(r"RMD for (\w+): fitted on (\d+) of the (\d+) rows of synth written for its classes", out)
+    assert [(name, int(total)) for name, _, total in fitted] == [("news", 20), ("money", 20)]
+    assert all(2 <= int(rows) <= 20 for _, rows, _ in fitted)
     muki = next(s for s in kamal.json("students") if s["name"] == "muki")
     assert muki["train"]["objective"]["score"] == "rmd"
     assert next(r for r in kamal.json("runs") if r["name"] == "muki")["params"]["rmd_fit"] == "synth"  # for --resume

@@ -23,6 +23,7 @@ from kamalcli.probe.figures import row_scores, rmd_split_means, selection_table,
 
 PSEUDO_CONFIDENCE = 0.9  # max probability above which a transfer row counts as in-distribution
 PSEUDO_MIN_SHARE = 0.1   # ...but at least this share of rows, the most confident ones
+STEERED_MIN_P = 0.5      # a generated row fits its class's Gaussian only if the teacher gives that class this much
 
 
 def pseudo_in_distribution(max_prob: np.ndarray) -> np.ndarray:
@@ -33,6 +34,29 @@ def pseudo_in_distribution(max_prob: np.ndarray) -> np.ndarray:
         keep = np.zeros(len(max_prob), dtype=bool)
         keep[np.argsort(-max_prob, kind="stable")[:floor]] = True
     return keep
+
+
+def on_steered_class(probs: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """Generated rows the teacher itself puts in the class they were written for (p >= STEERED_MIN_P).
+
+    A row the steering could not pull into its class (an LM that wrote about something else) would
+    pull that class's mean away from the teacher's domain. With fewer than 2 such rows, every row
+    of the teacher's classes stays.
+    """
+    local = np.asarray(local)
+    owned = local >= 0
+    on_class = owned & (np.asarray(probs)[np.arange(len(local)), np.maximum(local, 0)] >= STEERED_MIN_P)
+    return on_class if on_class.sum() >= 2 else owned
+
+
+def generated_fit_line(note: dict) -> str:
+    return (f"RMD for {note['teacher']}: fitted on {note['rows']} of the {note['written_for_it']} rows of "
+            f"{note['data']} written for its classes, those it puts in their class (p >= {STEERED_MIN_P:g}; "
+            "all of them when fewer than 2 are)")
+
+
+def _generated(dataset) -> bool:
+    return (dataset.provenance or {}).get("kind") == "synthesized"
 
 
 def _digest(data) -> str:
@@ -243,9 +267,12 @@ class Runner:
         if not settings.layers or not probes:
             return None
         source, dataset = self._rmd_source(teacher, fit_dataset, probes)
-        fit_key = _digest({"teacher": teacher.fingerprint, "source": source, "data": dataset.content_hash,
-                           "layers": list(settings.layers), "len": settings.max_length,
-                           "pseudo": [PSEUDO_CONFIDENCE, PSEUDO_MIN_SHARE] if source == "pseudo" else None})
+        key = {"teacher": teacher.fingerprint, "source": source, "data": dataset.content_hash,
+               "layers": list(settings.layers), "len": settings.max_length,
+               "pseudo": [PSEUDO_CONFIDENCE, PSEUDO_MIN_SHARE] if source == "pseudo" else None}
+        if _generated(dataset):
+            key["steered_min_p"] = STEERED_MIN_P  # fits from before the filter are not reused
+        fit_key = _digest(key)
         fit = self.store.find_rmd_fit(fit_key)
         if fit is not None and not Path(fit.path).is_dir():
             self.store.delete_rmd_fit(fit.id)
@@ -264,7 +291,11 @@ class Runner:
                               "layer": last, "circular": source == "pseudo",
                               **rmd_split_means(values, self._in_domain(teacher, probe))}
             self.store.set_probe_rmd(probe.id, fit.id, values, summary)
-        return {"teacher": teacher.name, "source": source, "data": dataset.name, "rows": fit.num_rows}
+        note = {"teacher": teacher.name, "source": source, "data": dataset.name, "rows": fit.num_rows,
+                "generated": _generated(dataset)}
+        if note["generated"]:
+            note["written_for_it"] = int((label_indices(self._gold(dataset), teacher.labels) >= 0).sum())
+        return note
 
     def _fit(self, teacher, settings: ProbeSettings, source: str, dataset, fit_key: str):
         from kamalcli.fsutil import publish_dir
@@ -279,7 +310,7 @@ class Runner:
             everything = np.ones(len(local), dtype=bool)
         else:
             local = label_indices(self._gold(dataset), teacher.labels)
-            keep = local >= 0
+            keep = on_steered_class(arrays.probs(), local) if _generated(dataset) else local >= 0
             # The teacher's own training rows are all in-distribution; a labelled
             # set may hold other classes too, which only the background sees.
             everything = keep if source == "teacher-train" else np.ones(len(local), dtype=bool)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kamalcli.errors import KamalError
-from kamalcli.probe.runner import ProbeRequest, Runner
+from kamalcli.probe.runner import ProbeRequest, Runner, generated_fit_line
 
 __all__ = ["ProbeRequest", "Runner", "probe_workspace", "selection_groups", "selection_rows"]
 
@@ -127,6 +127,8 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
                         say(f"RMD for {teacher.name}: in-distribution features are {note['rows']} rows of "
                             f"{note['data']} it is itself most confident on; this is circular. "
                             "Give labelled data with --rmd-fit NAME for an independent fit.")
+                    elif note["generated"]:
+                        say(generated_fit_line(note))
         for dataset in datasets:
             result = runner.measure_selection(dataset)
             if result:
