@@ -1,7 +1,7 @@
 """Teacher selection by candidate scores kamal does not ship, on a workspace's cached probes (no training).
 
 python benchmarks/selection_candidates.py WORKSPACE [--transfer NAME] [--transfer-gold NAME] [--eval NAME]
-                                          [--student NAME ...]
+                                          [--student NAME ...] [--generated NAME ...]
 
 For each score: how often the most confident teacher owns the gold label on the eval rows, its AUROC,
 and the same share on the transfer rows (their labels are read here only to measure). Candidates:
@@ -12,8 +12,12 @@ and the same share on the transfer rows (their labels are read here only to meas
   last-layer features, centred, unit length, concatenated);
 - cluster: the mean score of the row's cluster (30 k-means clusters of that embedding);
 - a trained student's block probability (--student): the mass it puts on each teacher's labels, the
-  selection an EM-like second round would start from.
-Uses the newest probe per (teacher, dataset) with K > 1; reads the workspace, writes nothing.
+  selection an EM-like second round would start from;
+- RMD fitted on text kamal synthesize wrote (--generated; probe it first, e.g. `kamal probe --data NAME
+  --mc-samples 1`): on every row written for the teacher's classes, and on those it puts in their class
+  (kamal's fit).
+Uses the newest probe per (teacher, dataset) with K > 1 (any probe with features for --generated); reads the
+workspace, writes nothing.
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
 from kamalcli.probe.auto_score import energy  # noqa: E402
 from kamalcli.probe.calibration import normalised_uncertainty  # noqa: E402
 from kamalcli.probe.rmd import fit_rmd  # noqa: E402
-from kamalcli.probe.runner import pseudo_in_distribution  # noqa: E402
+from kamalcli.labels import label_indices  # noqa: E402
+from kamalcli.probe.runner import on_steered_class, pseudo_in_distribution  # noqa: E402
 from kamalcli.probe.selection import selection_quality  # noqa: E402
 from kamalcli.store import Store  # noqa: E402
 from kamalcli.workspace import find_workspace  # noqa: E402
 
 
-def _probe(store, teacher, dataset) -> ProbeArrays:
-    probes = [p for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id) if p.options.get("mc_samples", 1) > 1]
+def _probe(store, teacher, dataset, mc: bool = True) -> ProbeArrays:
+    probes = [p for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id)
+              if (p.options.get("mc_samples", 1) > 1 or not mc) and p.options.get("layers")]
     if not probes:
         raise SystemExit(f"no MC-dropout probe of {teacher.name} on {dataset.name}: run `kamal probe` first")
     return ProbeArrays.load(Path(max(probes, key=lambda p: p.id).path))
@@ -77,6 +83,7 @@ def main() -> None:
     parser.add_argument("--transfer-gold", default="labelled", help="the same rows as --transfer, with labels")
     parser.add_argument("--eval", default="test")
     parser.add_argument("--student", action="append", default=[], help="a trained student of these teachers")
+    parser.add_argument("--generated", action="append", default=[], help="a dataset kamal synthesize wrote")
     args = parser.parse_args()
     store = Store.open(find_workspace(args.workspace))
     teachers = store.teachers()
@@ -103,6 +110,21 @@ def main() -> None:
             rmd[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
     for k in sets:
         scores[k]["rmd (confident transfer rows)"] = np.stack(rmd[k], axis=1)
+    for name in args.generated:
+        generated = store.dataset(name)
+        written_for = load_dataset_rows(generated)[1]
+        for label, keep_rows in (("every row", lambda probs, local: local >= 0), ("rows on their class", on_steered_class)):
+            fitted = {k: [] for k in sets}
+            for i, teacher in enumerate(teachers):
+                source = _probe(store, teacher, generated, mc=False)
+                local = label_indices(written_for, teacher.labels)
+                keep = keep_rows(source.probs(), local)
+                features = np.asarray(source.features[layer[i]], dtype=np.float64)
+                model = fit_rmd(features[keep], local[keep], features)
+                for k in sets:
+                    fitted[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
+            for k in sets:
+                scores[k][f"rmd fitted on {name}, {label}"] = np.stack(fitted[k], axis=1)
     raw = list(scores["transfer"])
     for name in raw:
         base = scores["transfer"][name]

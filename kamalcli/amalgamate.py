@@ -186,6 +186,10 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
             request = replace(request, rmd_fit=generated.name)
             say(f"score=auto: RMD fitted on {generated.name}, text kamal synthesize wrote for these teachers "
                 "(--rmd-fit NAME for other labelled data)")
+        else:
+            say("score=auto: kamal has neither these teachers' training data nor text written for them, so it "
+                "selects by the teachers' confidences; text from `kamal synthesize --prompt 'Write a ... about "
+                "{label}.'`, the prompt naming what your texts are, lets it select by distance to each teacher's domain")
     train_config = TrainConfig(**request.train)
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)

@@ -19,6 +19,8 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     for method in ("muki-hard", "muki-soft", "vanilla-kd", "uhc"):
         result = two_teachers("amalgamate", "--method", method, "--name", method, *train_args(assets))
         assert f"Trained student {method} ({method}) over 4 labels" in result.stdout
+        # the teachers were added: without generated text, auto says how to let RMD select
+        assert ("text from `kamal synthesize --prompt" in result.output) == method.startswith("muki"), result.output
     students = {s["name"]: s for s in two_teachers.json("students")}
     assert set(students) == {"muki-hard", "muki-soft", "vanilla-kd", "uhc"}
     hard = students["muki-hard"]

@@ -15,8 +15,9 @@ from kamalcli.cli.render import emit_json, json_option, note, table
                                          "(default smollm2-135m).")
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="Steer with these teachers only (repeatable).")
 @click.option("--prompt", "prompts", multiple=True, metavar="TEMPLATE",
-              help="Prompt with {label} for the class name (repeatable: rows take them in turn). "
-                   "Default: 'Write a short text about {label}.'")
+              help="Prompt with {label} for the class name (repeatable: rows take them in turn). Name what your "
+                   "texts are ('Write a one-sentence description of a Debian package about {label}.'): text in the "
+                   "teachers' domain fits their RMD far better. Default: 'Write a short text about {label}.'")
 @click.option("--strength", "--lambda", "strength", type=float, default=3.0, show_default=True,
               help="lambda: weight of the teacher's log p(class) against the LM's (0: plain, unsteered generation).")
 @click.option("--top-m", type=int, default=20, show_default=True, help="The LM's top-m tokens kept per step (the paper: 200).")
