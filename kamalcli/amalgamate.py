@@ -180,16 +180,14 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     token_level = teachers_task(teachers) == "token"
     if token_level and distributed.current().size > 1:
         raise KamalError("token-level amalgamation runs on one process; run it without --nproc or torchrun")
+    unfitted_auto = False  # score=auto with nothing to fit RMD on that the teachers did not pick themselves
     if not token_level and _auto_fits_generated_text(request, options, teachers):
         generated = generated_rmd_fit(store, teachers)
         if generated is not None:
             request = replace(request, rmd_fit=generated.name)
             say(f"score=auto: RMD fitted on {generated.name}, text kamal synthesize wrote for these teachers "
                 "(--rmd-fit NAME for other labelled data)")
-        else:
-            say("score=auto: kamal has neither these teachers' training data nor text written for them, so it "
-                "selects by the teachers' confidences; text from `kamal synthesize --prompt 'Write a ... about "
-                "{label}.'`, the prompt naming what your texts are, lets it select by distance to each teacher's domain")
+        unfitted_auto = generated is None
     train_config = TrainConfig(**request.train)
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)
@@ -197,6 +195,10 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
         need_rmd = options_need_rmd(options, teachers, request.rmd_fit)
         probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=need_rmd,
                                       max_length=train_config.max_length, reprobe=request.reprobe, say=say)
+    if unfitted_auto:
+        say("score=auto: kamal has neither these teachers' training data nor text written for them, so it "
+            "selects by the teachers' confidences; text from `kamal synthesize --prompt 'Write a ... about "
+            "{label}.'`, the prompt naming what your texts are, lets it select by distance to each teacher's domain")
     kind = "extend" if request.parent else "amalgamate"
     with training_run(workspace, store, kind, name, request.as_json(), resume_run=resume_run,
                       resume_hint=f"kamal amalgamate --resume {name}", say=say) as (run, workdir):
