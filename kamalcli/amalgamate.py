@@ -14,6 +14,7 @@ import numpy as np
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace, label_indices
 from kamalcli.probe.runner import ProbeRequest, generated_fit_line
+from kamalcli.synthesis import is_generated
 
 
 @dataclass
@@ -495,9 +496,8 @@ def generated_rmd_fit(store, teachers):
     """
     wanted = {t.fingerprint for t in teachers}
     for dataset in sorted(store.datasets(), key=lambda d: d.id, reverse=True):
-        provenance = dataset.provenance or {}
-        steered = {t.get("fingerprint") for t in provenance.get("teachers", [])}
-        if provenance.get("kind") == "synthesized" and dataset.has_labels and wanted <= steered:
+        steered = {t.get("fingerprint") for t in (dataset.provenance or {}).get("teachers", [])}
+        if is_generated(dataset) and dataset.has_labels and wanted <= steered:
             return dataset
     return None
 

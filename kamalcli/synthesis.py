@@ -314,6 +314,11 @@ def _teacher_probs(teacher, texts: list[str], device: str, max_length: int):
     return np.concatenate([scorer.log_probs(texts[i:i + 64]).exp().numpy() for i in range(0, len(texts), 64)])
 
 
+def is_generated(dataset) -> bool:
+    """Whether kamal synthesize wrote this dataset (its rows are labelled with the class they were steered to)."""
+    return (dataset.provenance or {}).get("kind") == "synthesized"
+
+
 def steered_rows(dataset) -> tuple[list[str], list[str]] | None:
     """For a generated dataset, each row's steering teacher and class; None for data a user added."""
     if not dataset.provenance or dataset.provenance.get("kind") == "converted":

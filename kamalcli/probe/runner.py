@@ -20,6 +20,7 @@ from kamalcli.errors import KamalError
 from kamalcli.labels import label_indices
 from kamalcli.probe.arrays import ProbeArrays, ProbeSettings, default_layers
 from kamalcli.probe.figures import row_scores, rmd_split_means, selection_table, summarize
+from kamalcli.synthesis import is_generated
 
 PSEUDO_CONFIDENCE = 0.9  # max probability above which a transfer row counts as in-distribution
 PSEUDO_MIN_SHARE = 0.1   # ...but at least this share of rows, the most confident ones
@@ -53,10 +54,6 @@ def generated_fit_line(note: dict) -> str:
     return (f"RMD for {note['teacher']}: fitted on {note['rows']} of the {note['written_for_it']} rows of "
             f"{note['data']} written for its classes, those it puts in their class (p >= {STEERED_MIN_P:g}; "
             "all of them when fewer than 2 are)")
-
-
-def _generated(dataset) -> bool:
-    return (dataset.provenance or {}).get("kind") == "synthesized"
 
 
 def _digest(data) -> str:
@@ -270,7 +267,7 @@ class Runner:
         key = {"teacher": teacher.fingerprint, "source": source, "data": dataset.content_hash,
                "layers": list(settings.layers), "len": settings.max_length,
                "pseudo": [PSEUDO_CONFIDENCE, PSEUDO_MIN_SHARE] if source == "pseudo" else None}
-        if _generated(dataset):
+        if is_generated(dataset):
             key["steered_min_p"] = STEERED_MIN_P  # fits from before the filter are not reused
         fit_key = _digest(key)
         fit = self.store.find_rmd_fit(fit_key)
@@ -292,7 +289,7 @@ class Runner:
                               **rmd_split_means(values, self._in_domain(teacher, probe))}
             self.store.set_probe_rmd(probe.id, fit.id, values, summary)
         note = {"teacher": teacher.name, "source": source, "data": dataset.name, "rows": fit.num_rows,
-                "generated": _generated(dataset)}
+                "generated": is_generated(dataset)}
         if note["generated"]:
             note["written_for_it"] = int((label_indices(self._gold(dataset), teacher.labels) >= 0).sum())
         return note
@@ -310,7 +307,7 @@ class Runner:
             everything = np.ones(len(local), dtype=bool)
         else:
             local = label_indices(self._gold(dataset), teacher.labels)
-            keep = on_steered_class(arrays.probs(), local) if _generated(dataset) else local >= 0
+            keep = on_steered_class(arrays.probs(), local) if is_generated(dataset) else local >= 0
             # The teacher's own training rows are all in-distribution; a labelled
             # set may hold other classes too, which only the background sees.
             everything = keep if source == "teacher-train" else np.ones(len(local), dtype=bool)
