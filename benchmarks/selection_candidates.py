@@ -46,7 +46,8 @@ def _probe(store, teacher, dataset, mc: bool = True) -> ProbeArrays:
     probes = [p for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id)
               if (p.options.get("mc_samples", 1) > 1 or not mc) and p.options.get("layers")]
     if not probes:
-        raise SystemExit(f"no MC-dropout probe of {teacher.name} on {dataset.name}: run `kamal probe` first")
+        kind = "MC-dropout probe" if mc else "probe with features"
+        raise SystemExit(f"no {kind} of {teacher.name} on {dataset.name}: run `kamal probe` first")
     return ProbeArrays.load(Path(max(probes, key=lambda p: p.id).path))
 
 
@@ -113,10 +114,10 @@ def main() -> None:
     for name in args.generated:
         generated = store.dataset(name)
         written_for = load_dataset_rows(generated)[1]
+        sources = [_probe(store, teacher, generated, mc=False) for teacher in teachers]
         for label, keep_rows in (("every row", lambda probs, local: local >= 0), ("rows on their class", on_steered_class)):
             fitted = {k: [] for k in sets}
-            for i, teacher in enumerate(teachers):
-                source = _probe(store, teacher, generated, mc=False)
+            for i, (teacher, source) in enumerate(zip(teachers, sources)):
                 local = label_indices(written_for, teacher.labels)
                 keep = keep_rows(source.probs(), local)
                 features = np.asarray(source.features[layer[i]], dtype=np.float64)

@@ -321,7 +321,7 @@ def is_generated(dataset) -> bool:
 
 def steered_rows(dataset) -> tuple[list[str], list[str]] | None:
     """For a generated dataset, each row's steering teacher and class; None for data a user added."""
-    if not dataset.provenance or dataset.provenance.get("kind") == "converted":
+    if not is_generated(dataset):
         return None
     import pyarrow.parquet as pq
 

@@ -103,8 +103,9 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
             **{k: v for k, v in s.items() if k != "rmd"},
             "rmd": s.get("rmd"),
         })
-    generated = [{"data": d.name, **d.provenance} for d in datasets.values()
-                 if d.provenance and d.provenance.get("kind") != "converted"]
+    from kamalcli.synthesis import is_generated
+
+    generated = [{"data": d.name, **d.provenance} for d in datasets.values() if is_generated(d)]
     if as_json:
         emit_json({"probes": probe_rows, "selection": selections, "policy_selection": policies, "generated": generated})
         return

@@ -264,10 +264,11 @@ class Runner:
         if not settings.layers or not probes:
             return None
         source, dataset = self._rmd_source(teacher, fit_dataset, probes)
+        generated = is_generated(dataset)
         key = {"teacher": teacher.fingerprint, "source": source, "data": dataset.content_hash,
                "layers": list(settings.layers), "len": settings.max_length,
                "pseudo": [PSEUDO_CONFIDENCE, PSEUDO_MIN_SHARE] if source == "pseudo" else None}
-        if is_generated(dataset):
+        if generated:
             key["steered_min_p"] = STEERED_MIN_P  # fits from before the filter are not reused
         fit_key = _digest(key)
         fit = self.store.find_rmd_fit(fit_key)
@@ -289,8 +290,8 @@ class Runner:
                               **rmd_split_means(values, self._in_domain(teacher, probe))}
             self.store.set_probe_rmd(probe.id, fit.id, values, summary)
         note = {"teacher": teacher.name, "source": source, "data": dataset.name, "rows": fit.num_rows,
-                "generated": is_generated(dataset)}
-        if note["generated"]:
+                "generated": generated}
+        if generated:
             note["written_for_it"] = int((label_indices(self._gold(dataset), teacher.labels) >= 0).sum())
         return note
 
