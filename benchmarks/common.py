@@ -40,6 +40,8 @@ WORK = Path(os.environ.get("KAMAL_BENCH_WORK", REPO / "benchmarks" / "work"))
 # topics10: the reference split in benchmarks/data/debian-topics/README.md
 HALF_A = ["admin", "games", "graphics", "mail", "math"]
 HALF_B = ["net", "science", "sound", "text", "web"]
+# `kamal synthesize --prompt`: what a user who knows their teachers' domain writes (the default prompt names none)
+DOMAIN_PROMPT = "Write a one-sentence description of a Debian software package about {label}."
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Bench:
     profile: Profile
     data_dir: Path = DEFAULT_DATA
     seeds: list[int] = field(default_factory=lambda: [1])
+    settings: list[str] | None = None  # scenarios with several settings: run those whose title holds one of these
     started: float = field(default_factory=time.perf_counter)
 
     def workspace(self, key: str) -> Workspace:
@@ -213,6 +216,9 @@ class Bench:
 
     def baseline(self, ws: Workspace, which: str) -> dict:
         return ws.json("eval", "--baseline", which, "--data", "test")
+
+    def runs(self, title: str) -> bool:
+        return self.settings is None or any(s in title for s in self.settings)
 
     def say(self, message: str) -> None:
         minutes = (time.perf_counter() - self.started) / 60

@@ -56,19 +56,23 @@ def main() -> None:
     mode.add_argument("--smoke", action="store_const", dest="profile", const="smoke",
                       help="ner-table only: a few sentences, to check the plumbing")
     parser.add_argument("--seeds", default="1", help="student seeds, e.g. 1,2,3 (mean and std)")
+    parser.add_argument("--settings", help="default-student only: the settings whose title holds one of these "
+                        "words, separated by ';' (e.g. '{2,3,5};heterogeneous'); the others keep their last figures")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="a folder with topics10/{train,test}.jsonl")
     args = parser.parse_args()
     if args.scenario == "readme":
         update_readme()
         return
     seeds = [int(s) for s in args.seeds.split(",")]
+    settings = args.settings.split(";") if args.settings else None
     names = list(ALL) if args.scenario == "all" else [args.scenario]
     for name in names:
         profile = args.profile or "quick"
         if profile not in PROFILES and name != "ner-table":
             raise SystemExit(f"--{profile} is for ner-table only")
         # ner-table keeps its own settings per profile (benchmarks/ner.py); --smoke has no topics profile
-        ALL[name](Bench(name, PROFILES.get(profile) or replace(PROFILES["quick"], name=profile), args.data_dir, seeds))
+        ALL[name](Bench(name, PROFILES.get(profile) or replace(PROFILES["quick"], name=profile), args.data_dir, seeds,
+                         settings=settings))
     update_readme()
 
 

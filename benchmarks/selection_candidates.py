@@ -77,6 +77,42 @@ def _blocks(store, student_name: str, dataset, teachers) -> np.ndarray:
     return np.stack([probs[:, [names.index(label) for label in t.labels]].sum(axis=1) for t in teachers], axis=1)
 
 
+def _pooled_z(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """One affine map for every teacher's column: comparisons between teachers are kept."""
+    return (values - reference.mean()) / (reference.std() + 1e-12)
+
+
+def _means_generated_covariance_transfer(features, local, keep, transfer, transfer_pred):
+    """Class means from the generated rows; the shared covariance from the transfer rows, pooled within the
+    class the teacher predicts (thousands of real rows instead of tens of generated ones); background: transfer."""
+    from kamalcli.probe.rmd import RMDModel, shrunk_precision
+
+    classes = np.unique(local[keep])
+    means = np.stack([features[keep & (local == c)].mean(axis=0) for c in classes])
+    centred = np.concatenate([transfer[transfer_pred == c] - transfer[transfer_pred == c].mean(axis=0)
+                              for c in np.unique(transfer_pred)])
+    mean0 = transfer.mean(axis=0)
+    return RMDModel(means, shrunk_precision(centred), mean0, shrunk_precision(transfer - mean0))
+
+
+def _background_transfer(features, local, keep, transfer, transfer_pred):
+    model = fit_rmd(features[keep], local[keep], transfer)
+    return model
+
+
+def _shifted_to_transfer(features, local, keep, transfer, transfer_pred):
+    """The generated set's offset from the real text (its mean against the transfer rows' mean) removed."""
+    shift = transfer.mean(axis=0) - features.mean(axis=0)
+    return fit_rmd(features[keep] + shift, local[keep], transfer)
+
+
+GENERATED_VARIANTS = {
+    "means generated, covariance and background transfer": _means_generated_covariance_transfer,
+    "background on transfer rows": _background_transfer,
+    "shifted to the transfer mean, background transfer": _shifted_to_transfer,
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workspace")
@@ -126,6 +162,23 @@ def main() -> None:
                     fitted[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
             for k in sets:
                 scores[k][f"rmd fitted on {name}, {label}"] = np.stack(fitted[k], axis=1)
+        for label, variant in GENERATED_VARIANTS.items():
+            fitted = {k: [] for k in sets}
+            for i, (teacher, source) in enumerate(zip(teachers, sources)):
+                local = label_indices(written_for, teacher.labels)
+                keep = on_steered_class(source.probs(), local)
+                features = np.asarray(source.features[layer[i]], dtype=np.float64)
+                transfer = np.asarray(arrays["transfer"][i].features[layer[i]], dtype=np.float64)
+                model = variant(features, local, keep, transfer, arrays["transfer"][i].probs().argmax(axis=1))
+                for k in sets:
+                    fitted[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
+            for k in sets:
+                scores[k][f"rmd fitted on {name}, {label}"] = np.stack(fitted[k], axis=1)
+        fused = f"rmd fitted on {name}, rows on their class"
+        for other in ("energy", "entropy", "mc-dropout"):
+            for k in sets:
+                scores[k][f"{fused} + {other} (each z over all teachers' transfer scores)"] = sum(
+                    _pooled_z(scores[k][s], scores["transfer"][s]) for s in (fused, other))
     raw = list(scores["transfer"])
     for name in raw:
         base = scores["transfer"][name]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from common import DOMAIN_PROMPT as PROMPT
 from common import Bench, markdown, pct, summarize, write_results
 from scenarios import two_teacher_workspace
 
@@ -26,7 +27,6 @@ CONFIGS = [
     ("chunk steering, lambda 1, 8 candidates x 8 tokens, m 20", 1.0, "chunk", 20, 8, 8),
     ("chunk steering, lambda 3, 8 candidates x 8 tokens, m 20", 3.0, "chunk", 20, 8, 8),
 ]
-PROMPT = "Write a one-sentence description of a Debian software package about {label}."
 
 
 def _judge(bench: Bench):

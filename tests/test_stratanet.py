@@ -12,7 +12,7 @@ import torch
 
 from kamalcli.features import feature_key
 from kamalcli.methods.feature_options import StrataNetOptions
-from kamalcli.methods.stratanet import StrataNetAuxiliary, block_layers, rmd_confidences, stratanet_loss
+from kamalcli.methods.stratanet import StrataNetAuxiliary, block_layers, fit_rows, rmd_confidences, stratanet_loss
 from kamalcli.train.auxiliary import StudentView
 
 
@@ -113,6 +113,25 @@ def test_the_student_term_does_not_move_the_amal_target_with_the_guard():
     unguarded = _auxiliary(guard=False)
     unguarded(StudentView(torch.zeros(n, 2), (student, student), torch.ones(n, 3)), batch).sum().backward()
     assert torch.count_nonzero(unguarded.amal.grad) > 0  # the paper as written: the target moves too
+
+
+def test_rmd_is_fitted_on_generated_rows_the_teacher_puts_in_their_class(monkeypatch):
+    from types import SimpleNamespace
+
+    import kamalcli.synthesis
+
+    # rows 0-5 steered by "a" (x, x, x, y, y, y); rows 6-7 by "b". "a" puts rows 2 and 5 elsewhere (p < 0.5).
+    probs_a = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.3, 0.7], [0.2, 0.8], [0.8, 0.2], [0.5, 0.5], [0.5, 0.5]])
+    monkeypatch.setattr(kamalcli.synthesis, "steered_rows",
+                        lambda dataset: (["a"] * 6 + ["b"] * 2, ["x", "x", "x", "y", "y", "y", "z", "z"]))
+    context = SimpleNamespace(
+        seed=0,
+        outputs=SimpleNamespace(teachers=["a", "b"], probs=lambda i: probs_a if i == 0 else np.ones((8, 1))),
+        sources=SimpleNamespace(dataset=None, teachers=[SimpleNamespace(labels=("x", "y")), SimpleNamespace(labels=("z",))]))
+    rows, labels, fitted_on = fit_rows(context, StrataNetOptions(fit_share=0.9))
+    assert rows[0].tolist() == [0, 1, 3, 4] and labels[0].tolist() == [0, 0, 1, 1]
+    assert rows[1].tolist() == [6, 7] and labels[1].tolist() == [0, 0]
+    assert fitted_on == "held-out generated rows of each teacher (those it puts in their class)"
 
 
 # -- through the CLI ----------------------------------------------------------------------------

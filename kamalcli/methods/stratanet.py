@@ -4,7 +4,8 @@ Blocks = the student's depth; teacher i's block b is the mean of its layers
 floor((b-1) L_i / B) + 1 .. floor(b L_i / B), each mean-pooled over tokens (the
 probe cache). Per teacher and block, a relative-Mahalanobis confidence
 c_ib = -min_k RMD_k, with Gaussians fitted on a held-out share of that
-teacher's own generated rows (labelled by the class they were steered to), then
+teacher's own generated rows (labelled by the class they were steered to; kamal:
+only those the teacher puts in that class, p >= 0.5, as `kamal probe` fits), then
 mapped to its percentile over the transfer rows. Per block, a selective
 transformer (one encoder layer) reads a learnable [AMAL] token followed by each
 teacher's enriched vector Linear([h_ib; c_ib]); its [AMAL] output a_b is the
@@ -120,6 +121,7 @@ def _block_features(arrays: dict, i: int, layers: tuple[int, ...], rows=None) ->
 
 def fit_rows(context: FeatureContext, options: StrataNetOptions) -> tuple[list[np.ndarray], list[np.ndarray], str]:
     """Per teacher: the rows its RMD Gaussians are fitted on and their class ids, and where they came from."""
+    from kamalcli.probe.runner import on_steered_class
     from kamalcli.synthesis import steered_rows
 
     outputs = context.outputs
@@ -133,11 +135,13 @@ def fit_rows(context: FeatureContext, options: StrataNetOptions) -> tuple[list[n
             if len(own) < 2:
                 raise KamalError(f"stratanet: the generated data holds {len(own)} rows steered by {name}; its "
                                  "confidences are fitted on them (synthesize with that teacher)")
-            chosen = np.sort(rng.permutation(own)[:max(2, round(options.fit_share * len(own)))])
             names = list(context.sources.teachers[i].labels)
+            local = np.array([names.index(c) for c in classes[own]])
+            on_class = own[on_steered_class(outputs.probs(i)[own], local)]  # as kamal probe's fit on generated text
+            chosen = np.sort(rng.permutation(on_class)[:max(2, round(options.fit_share * len(own)))])
             rows.append(chosen)
             labels.append(np.array([names.index(c) for c in classes[chosen]]))
-        return rows, labels, "held-out generated rows of each teacher"
+        return rows, labels, "held-out generated rows of each teacher (those it puts in their class)"
     for i in range(len(outputs.teachers)):  # no generated data: the rows each teacher is surest of (circular)
         p = outputs.probs(i)
         sure = np.flatnonzero(p.max(axis=1) >= np.median(p.max(axis=1)))
