@@ -164,12 +164,13 @@ class Bench:
         ws("add-data", data / "train.jsonl", "--name", "transfer", quiet=True)  # labels are not read
         ws("add-data", data / "test.jsonl", "--name", "test", "--role", "eval", quiet=True)
 
-    def teacher(self, ws: Workspace, name: str, labels: list[str], base: str | None = None) -> None:
+    def teacher(self, ws: Workspace, name: str, labels: list[str], base: str | None = None,
+                epochs: int | None = None) -> None:
         if ws.has_teacher(name):
             return
         self.say(f"train teacher {name} on {', '.join(labels)}")
         ws("train-teacher", "labelled", "--labels", ",".join(labels), "--name", name,
-           "--base", base or self.profile.base, *self.profile.train_args(self.profile.teacher_epochs))
+           "--base", base or self.profile.base, *self.profile.train_args(epochs or self.profile.teacher_epochs))
 
     def probe(self, ws: Workspace, *extra: str) -> None:
         self.say("probe the teachers on transfer and test data")

@@ -489,7 +489,7 @@ DEFAULT_STUDENT_ROWS = [
 GENERATED = "synth"
 GENERATED_PER_CLASS = 20
 DEFAULT_STUDENT_SETTINGS = {
-    # title: (source workspace, private workspace, {teacher: (labels, base or None)})
+    # title: (source workspace, private workspace, {teacher: (labels, base or None[, epochs])})
     "two teachers {5,5}": ("two-halves", "two-halves-private", {"half-a": (HALF_A, None), "half-b": (HALF_B, None)}),
     "three teachers {2,3,5}": ("teachers-3", "teachers-3-private", {
         "t1-mail-math": (["mail", "math"], None), "t2-games-graphics-sound": (["games", "graphics", "sound"], None),
@@ -499,14 +499,17 @@ DEFAULT_STUDENT_SETTINGS = {
         "t3-sound-text": (["sound", "text"], None), "t4-admin-net-science-web": (["admin", "net", "science", "web"], None)}),
     "heterogeneous minilm-l6 + minilm-l3": ("heterogeneous", "heterogeneous-private", {
         "a-l6": (HALF_A, "minilm-l6"), "b-l3": (HALF_B, "minilm-l3")}),
+    # the paper's protocol: teachers of a larger base, trained longer
+    "stronger teachers {5,5}: minilm-l6, 3 epochs": ("strong-halves", "strong-halves-private", {
+        "a-l6-3ep": (HALF_A, "minilm-l6", 3), "b-l6-3ep": (HALF_B, "minilm-l6", 3)}),
 }
 
 
 def private_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -> object:
     """Teachers trained in one workspace, registered in another with `add-teacher`: their training data unknown."""
     source = bench.workspace(source_key)
-    for name, (labels, base) in teachers.items():
-        bench.teacher(source, name, labels, base=base)
+    for name, (labels, base, *epochs) in teachers.items():
+        bench.teacher(source, name, labels, base=base, epochs=epochs[0] if epochs else None)
     ws = bench.workspace(key)
     folders = {t["name"]: t["path"] for t in source.json("teachers")}
     for name in teachers:

@@ -13,9 +13,16 @@ and the same share on the transfer rows (their labels are read here only to meas
 - cluster: the mean score of the row's cluster (30 k-means clusters of that embedding);
 - a trained student's block probability (--student): the mass it puts on each teacher's labels, the
   selection an EM-like second round would start from;
+- RMD fitted on the labelled transfer rows of each teacher's classes (what it was trained on, which a user
+  of downloaded teachers does not have), and on 20 of them per class (`--rmd-fit` with a few labelled rows);
 - RMD fitted on text kamal synthesize wrote (--generated; probe it first, e.g. `kamal probe --data NAME
   --mc-samples 1`): on every row written for the teacher's classes, and on those it puts in their class
-  (kamal's fit).
+  (kamal's fit); variants of that fit: background on the transfer rows, the generated set shifted to the
+  transfer rows' mean, class means from it with the covariance of the transfer rows;
+- the log-likelihood ratio of the same Gaussians (a mixture over classes, with log-determinants) instead of
+  min_k RMD_k, with its parts, and with per-teacher priors estimated by EM on the transfer rows;
+- RMD summed with a certainty score (entropy, MC dropout, energy, max-prob), both as pooled z-scores or
+  pooled percentiles (one map for every teacher, so teachers stay comparable).
 Uses the newest probe per (teacher, dataset) with K > 1 (any probe with features for --generated); reads the
 workspace, writes nothing.
 """
@@ -75,6 +82,53 @@ def _blocks(store, student_name: str, dataset, teachers) -> np.ndarray:
 
     names, probs = predict_texts(store.find_student(student_name), load_dataset_rows(dataset)[0], device="cpu")
     return np.stack([probs[:, [names.index(label) for label in t.labels]].sum(axis=1) for t in teachers], axis=1)
+
+
+def cross_validated_rmd(features, local, keep, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """The teacher's own (kept) generated rows, each scored by a fit on the other folds: how text known to be
+    of its domain scores, out of sample."""
+    rows = np.flatnonzero(keep)
+    fold = np.random.default_rng(seed).permutation(len(rows)) % folds
+    out = np.empty(len(rows))
+    for f in range(folds):
+        fit_rows, test_rows = rows[fold != f], rows[fold == f]
+        rest = np.setdiff1d(np.arange(len(features)), test_rows)
+        out[fold == f] = fit_rmd(features[fit_rows], local[fit_rows], features[rest]).score(features[test_rows])
+    return out
+
+
+def log_likelihood_ratio(model, features: np.ndarray, prior: bool = True, logdet: bool = True) -> np.ndarray:
+    """log p_in(h) - log p_background(h): the class Gaussians as a mixture with equal class weights, with
+    the log-determinants. Unlike min_k RMD_k, no bonus for having more classes and no ignored per-teacher
+    constant, so teachers compare on one scale: p_in_i / p_bg is P(domain i | h) / P(domain i) when every
+    background models the same text."""
+    from scipy.special import logsumexp
+
+    from kamalcli.probe.rmd import _mahalanobis
+
+    md = _mahalanobis(features, model.means, model.precision)
+    md0 = _mahalanobis(features, model.mean0[None, :], model.precision0)[:, 0]
+    logdet_in, logdet_bg = np.linalg.slogdet(model.precision)[1], np.linalg.slogdet(model.precision0)[1]
+    if not logdet:
+        logdet_in = logdet_bg = 0.0
+    log_in = logsumexp(-0.5 * md, axis=1) - (np.log(len(model.means)) if prior else 0.0) + 0.5 * logdet_in
+    return log_in - (-0.5 * md0 + 0.5 * logdet_bg)
+
+
+def em_priors(llr: np.ndarray, iterations: int = 100) -> np.ndarray:
+    """Each teacher's share of the rows: pi_i <- mean over rows of the posterior pi_i exp(llr_i) / sum."""
+    priors = np.full(llr.shape[1], 1.0 / llr.shape[1])
+    for _ in range(iterations):
+        logits = llr + np.log(priors)
+        posterior = np.exp(logits - logits.max(axis=1, keepdims=True))
+        priors = (posterior / posterior.sum(axis=1, keepdims=True)).mean(axis=0)
+    return priors
+
+
+def _pooled_rank(values: np.ndarray) -> np.ndarray:
+    from kamalcli.probe.selection import rankdata
+
+    return (rankdata(values.ravel()) / values.size).reshape(values.shape)
 
 
 def _pooled_z(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -147,6 +201,27 @@ def main() -> None:
             rmd[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
     for k in sets:
         scores[k]["rmd (confident transfer rows)"] = np.stack(rmd[k], axis=1)
+    # what the teachers were trained on (a user of downloaded teachers does not have it): the transfer rows of
+    # their classes, with their gold labels
+    for label, per_class in (("labelled rows of its classes", None), ("20 labelled rows per class", 20)):
+        rmd, ratio = {k: [] for k in sets}, {k: [] for k in sets}
+        for i, (teacher, source) in enumerate(zip(teachers, arrays["transfer"])):
+            local = label_indices(gold["transfer"], teacher.labels)
+            keep = local >= 0
+            if per_class:
+                keep = np.zeros(len(local), dtype=bool)
+                for c in range(len(teacher.labels)):
+                    keep[np.flatnonzero(local == c)[:per_class]] = True
+            features = np.asarray(source.features[layer[i]], dtype=np.float64)
+            model = fit_rmd(features[keep], local[keep], features[keep])
+            for k in sets:
+                rmd[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
+                ratio[k].append(log_likelihood_ratio(model, np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
+        for k in sets:
+            scores[k][f"rmd ({label})"] = np.stack(rmd[k], axis=1)
+            scores[k][f"log-likelihood ratio ({label})"] = np.stack(ratio[k], axis=1)
+            scores[k][f"rmd ({label}) + entropy (pooled percentiles)"] = (
+                _pooled_rank(scores[k][f"rmd ({label})"]) + _pooled_rank(scores[k]["entropy"]))
     for name in args.generated:
         generated = store.dataset(name)
         written_for = load_dataset_rows(generated)[1]
@@ -174,11 +249,50 @@ def main() -> None:
                     fitted[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
             for k in sets:
                 scores[k][f"rmd fitted on {name}, {label}"] = np.stack(fitted[k], axis=1)
-        fused = f"rmd fitted on {name}, rows on their class"
-        for other in ("energy", "entropy", "mc-dropout"):
+        calibrated = {k: [] for k in sets}
+        for i, (teacher, source) in enumerate(zip(teachers, sources)):
+            local = label_indices(written_for, teacher.labels)
+            keep = on_steered_class(source.probs(), local)
+            features = np.asarray(source.features[layer[i]], dtype=np.float64)
+            model = fit_rmd(features[keep], local[keep], features)
+            held_out = cross_validated_rmd(features, local, keep)
+            mean, std = held_out.mean(), held_out.std() + 1e-12
             for k in sets:
-                scores[k][f"{fused} + {other} (each z over all teachers' transfer scores)"] = sum(
-                    _pooled_z(scores[k][s], scores["transfer"][s]) for s in (fused, other))
+                rmd_k = model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64))
+                calibrated[k].append((-(rmd_k - mean) / std, -np.searchsorted(np.sort(held_out), rmd_k) / len(held_out)))
+        for k in sets:
+            for j, label in ((0, "z against its own held-out generated rows"),
+                             (1, "share of its own held-out generated rows scoring better")):
+                scores[k][f"rmd fitted on {name}, {label}"] = np.stack([c[j] for c in calibrated[k]], axis=1)
+        llr = {k: [] for k in sets}
+        for i, (teacher, source) in enumerate(zip(teachers, sources)):
+            local = label_indices(written_for, teacher.labels)
+            keep = on_steered_class(source.probs(), local)
+            features = np.asarray(source.features[layer[i]], dtype=np.float64)
+            model = fit_rmd(features[keep], local[keep], features)
+            for k in sets:
+                h = np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)
+                llr[k].append([log_likelihood_ratio(model, h), log_likelihood_ratio(model, h, prior=False, logdet=False),
+                               log_likelihood_ratio(model, h, logdet=False), log_likelihood_ratio(model, h, prior=False)])
+        for k in sets:
+            scores[k][f"log-likelihood ratio fitted on {name} (rows on their class)"] = np.stack([v[0] for v in llr[k]], axis=1)
+            for j, part in ((1, "soft-min only"), (2, "soft-min and class prior"), (3, "soft-min and log-determinants")):
+                scores[k][f"log-likelihood ratio fitted on {name}, {part}"] = np.stack([v[j] for v in llr[k]], axis=1)
+        priors = em_priors(scores["transfer"][f"log-likelihood ratio fitted on {name} (rows on their class)"])
+        print(f"EM priors of the teachers' domains on the transfer rows ({name}): {np.round(priors, 3).tolist()}")
+        for k in sets:
+            scores[k][f"log-likelihood ratio fitted on {name}, + log EM prior"] = (
+                scores[k][f"log-likelihood ratio fitted on {name} (rows on their class)"] + np.log(priors))
+        fused = f"rmd fitted on {name}, rows on their class"
+        for other in ("entropy", "mc-dropout"):  # as kamal would compute it: pooled percentiles, per dataset
+            for k in sets:
+                scores[k][f"{fused} + {other} (pooled percentiles)"] = _pooled_rank(scores[k][fused]) + _pooled_rank(scores[k][other])
+        ratio = f"log-likelihood ratio fitted on {name} (rows on their class)"
+        for density in (fused, ratio):
+            for other in ("energy", "entropy", "mc-dropout", "max-prob"):
+                for k in sets:
+                    scores[k][f"{density} + {other} (each z over all teachers' transfer scores)"] = sum(
+                        _pooled_z(scores[k][s], scores["transfer"][s]) for s in (density, other))
     raw = list(scores["transfer"])
     for name in raw:
         base = scores["transfer"][name]
