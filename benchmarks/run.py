@@ -57,7 +57,7 @@ def main() -> None:
                       help="ner-table only: a few sentences, to check the plumbing")
     parser.add_argument("--seeds", default="1", help="student seeds, e.g. 1,2,3 (mean and std)")
     parser.add_argument("--settings", help="default-student only: the settings whose title holds one of these "
-                        "words, separated by ';' (e.g. '{2,3,5};heterogeneous'); the others keep their last figures")
+                        "words, separated by ';' (e.g. 'two teachers;heterogeneous'); the others keep their last figures")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="a folder with topics10/{train,test}.jsonl")
     args = parser.parse_args()
     if args.scenario == "readme":

@@ -519,12 +519,13 @@ def private_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -
 
 
 def generated_text(bench: Bench, ws) -> dict:
-    """What a user without data does first: `kamal synthesize` with a prompt that names the domain. The same
-    command again finds the set complete. The probe then measures selection with RMD fitted on it, as
+    """What a user without data does first: `kamal synthesize` with a prompt that names the domain (once per
+    workspace). The probe then measures selection with RMD fitted on it, as
     `kamal amalgamate`'s score=auto fits it."""
-    bench.say(f"kamal synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} (prompt naming the domain)")
-    ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1, "--prompt", DOMAIN_PROMPT,
-       quiet=True)
+    if not any(d["name"] == GENERATED for d in ws.json("data")):
+        bench.say(f"kamal synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} (prompt naming the domain)")
+        ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1,
+           "--prompt", DOMAIN_PROMPT, quiet=True)
     bench.probe(ws, "--rmd-fit", GENERATED)
     [data] = [d for d in ws.json("data") if d["name"] == GENERATED]
     return data
@@ -535,10 +536,7 @@ def default_student(bench: Bench) -> None:
     ensemble, vanilla-kd, uhc and MUKI as published, all with that budget, teachers added with add-teacher,
     after `kamal synthesize` wrote text naming the domain; plus every candidate score's selection on the test
     split and what score=auto chose. `--settings` runs some settings; the others keep their last figures."""
-    results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
-    earlier = json.loads(results.read_text()) if results.is_file() else {}
-    payload = {title: earlier[title] for title in DEFAULT_STUDENT_SETTINGS
-               if "section" in earlier.get(title, {}) and not bench.runs(title)}
+    payload = {}
     supervised = [bench.supervised(seed, default_budget=True) for seed in bench.seeds]
     sup_acc = summarize([r["accuracy"] for r in supervised])
     sup_f1 = summarize([r["macro_f1"] for r in supervised])
@@ -556,11 +554,19 @@ def default_student(bench: Bench) -> None:
         selection = _selection(ws)
         verdict = _targets(fixed_payload, student_payload, selection)
         seeds = ",".join(map(str, bench.seeds))
+        kept = "; ".join(f"{label}: {'/'.join(map(str, p['best_step']))} of {'/'.join(map(str, p['steps']))}"
+                         for label, p in student_payload.items())
         section = (f"**{title}** (seeds {seeds}; {generated['rows']} generated texts)\n\n"
                    + markdown(["method", "accuracy %", "macro-F1 %"], rows)
-                   + "\n\n" + _selection_table(selection) + "\n\n" + verdict["text"])
+                   + f"\n\nEarly stopping kept step (of steps trained): {kept}.\n\n"
+                   + _selection_table(selection) + "\n\n" + verdict["text"])
         payload[title] = {"rows": {**fixed_payload, **student_payload}, "selection": selection, "targets": verdict,
                           "seeds": bench.seeds, "generated_rows": generated["rows"], "section": section}
+    # read now, not at the start: another run of this scenario (other settings) may have finished meanwhile
+    results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
+    earlier = json.loads(results.read_text()) if results.is_file() else {}
+    payload.update({title: earlier[title] for title in DEFAULT_STUDENT_SETTINGS
+                    if "section" in earlier.get(title, {}) and title not in payload})
     sections = [payload[t]["section"] for t in DEFAULT_STUDENT_SETTINGS if t in payload]
     intro = (f"Generated text: `kamal synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} --seed 1 "
              f"--prompt \"{DOMAIN_PROMPT}\"` in each workspace before any student.")
