@@ -150,8 +150,7 @@ def _means_generated_covariance_transfer(features, local, keep, transfer, transf
 
 
 def _background_transfer(features, local, keep, transfer, transfer_pred):
-    model = fit_rmd(features[keep], local[keep], transfer)
-    return model
+    return fit_rmd(features[keep], local[keep], transfer)
 
 
 def _shifted_to_transfer(features, local, keep, transfer, transfer_pred):
@@ -160,6 +159,8 @@ def _shifted_to_transfer(features, local, keep, transfer, transfer_pred):
     return fit_rmd(features[keep] + shift, local[keep], transfer)
 
 
+LLR_PARTS = {" (rows on their class)": {}, ", soft-min only": {"prior": False, "logdet": False},
+             ", soft-min and class prior": {"logdet": False}, ", soft-min and log-determinants": {"prior": False}}
 GENERATED_VARIANTS = {
     "means generated, covariance and background transfer": _means_generated_covariance_transfer,
     "background on transfer rows": _background_transfer,
@@ -226,58 +227,34 @@ def main() -> None:
         generated = store.dataset(name)
         written_for = load_dataset_rows(generated)[1]
         sources = [_probe(store, teacher, generated, mc=False) for teacher in teachers]
-        for label, keep_rows in (("every row", lambda probs, local: local >= 0), ("rows on their class", on_steered_class)):
-            fitted = {k: [] for k in sets}
-            for i, (teacher, source) in enumerate(zip(teachers, sources)):
-                local = label_indices(written_for, teacher.labels)
-                keep = keep_rows(source.probs(), local)
-                features = np.asarray(source.features[layer[i]], dtype=np.float64)
-                model = fit_rmd(features[keep], local[keep], features)
-                for k in sets:
-                    fitted[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
-            for k in sets:
-                scores[k][f"rmd fitted on {name}, {label}"] = np.stack(fitted[k], axis=1)
-        for label, variant in GENERATED_VARIANTS.items():
-            fitted = {k: [] for k in sets}
-            for i, (teacher, source) in enumerate(zip(teachers, sources)):
-                local = label_indices(written_for, teacher.labels)
-                keep = on_steered_class(source.probs(), local)
-                features = np.asarray(source.features[layer[i]], dtype=np.float64)
-                transfer = np.asarray(arrays["transfer"][i].features[layer[i]], dtype=np.float64)
-                model = variant(features, local, keep, transfer, arrays["transfer"][i].probs().argmax(axis=1))
-                for k in sets:
-                    fitted[k].append(-model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)))
-            for k in sets:
-                scores[k][f"rmd fitted on {name}, {label}"] = np.stack(fitted[k], axis=1)
-        calibrated = {k: [] for k in sets}
+        columns: dict[str, dict[str, list]] = {}  # score -> set -> one column per teacher
         for i, (teacher, source) in enumerate(zip(teachers, sources)):
             local = label_indices(written_for, teacher.labels)
-            keep = on_steered_class(source.probs(), local)
+            steered = on_steered_class(source.probs(), local)
             features = np.asarray(source.features[layer[i]], dtype=np.float64)
-            model = fit_rmd(features[keep], local[keep], features)
-            held_out = cross_validated_rmd(features, local, keep)
-            mean, std = held_out.mean(), held_out.std() + 1e-12
-            for k in sets:
-                rmd_k = model.score(np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64))
-                calibrated[k].append((-(rmd_k - mean) / std, -np.searchsorted(np.sort(held_out), rmd_k) / len(held_out)))
-        for k in sets:
-            for j, label in ((0, "z against its own held-out generated rows"),
-                             (1, "share of its own held-out generated rows scoring better")):
-                scores[k][f"rmd fitted on {name}, {label}"] = np.stack([c[j] for c in calibrated[k]], axis=1)
-        llr = {k: [] for k in sets}
-        for i, (teacher, source) in enumerate(zip(teachers, sources)):
-            local = label_indices(written_for, teacher.labels)
-            keep = on_steered_class(source.probs(), local)
-            features = np.asarray(source.features[layer[i]], dtype=np.float64)
-            model = fit_rmd(features[keep], local[keep], features)
+            transfer = np.asarray(arrays["transfer"][i].features[layer[i]], dtype=np.float64)
+            predicted = arrays["transfer"][i].probs().argmax(axis=1)
+            models = {"every row": fit_rmd(features[local >= 0], local[local >= 0], features),
+                      "rows on their class": fit_rmd(features[steered], local[steered], features),  # kamal's fit
+                      **{label: variant(features, local, steered, transfer, predicted)
+                         for label, variant in GENERATED_VARIANTS.items()}}
+            kamal_fit = models["rows on their class"]
+            held_out = np.sort(cross_validated_rmd(features, local, steered))
             for k in sets:
                 h = np.asarray(arrays[k][i].features[layer[i]], dtype=np.float64)
-                llr[k].append([log_likelihood_ratio(model, h), log_likelihood_ratio(model, h, prior=False, logdet=False),
-                               log_likelihood_ratio(model, h, logdet=False), log_likelihood_ratio(model, h, prior=False)])
-        for k in sets:
-            scores[k][f"log-likelihood ratio fitted on {name} (rows on their class)"] = np.stack([v[0] for v in llr[k]], axis=1)
-            for j, part in ((1, "soft-min only"), (2, "soft-min and class prior"), (3, "soft-min and log-determinants")):
-                scores[k][f"log-likelihood ratio fitted on {name}, {part}"] = np.stack([v[j] for v in llr[k]], axis=1)
+                column = {f"rmd fitted on {name}, {label}": -model.score(h) for label, model in models.items()}
+                rmd_k = kamal_fit.score(h)
+                column[f"rmd fitted on {name}, z against its own held-out generated rows"] = (
+                    -(rmd_k - held_out.mean()) / (held_out.std() + 1e-12))
+                column[f"rmd fitted on {name}, share of its own held-out generated rows scoring better"] = (
+                    -np.searchsorted(held_out, rmd_k) / len(held_out))
+                for label, parts in LLR_PARTS.items():
+                    column[f"log-likelihood ratio fitted on {name}{label}"] = log_likelihood_ratio(kamal_fit, h, **parts)
+                for score, values in column.items():
+                    columns.setdefault(score, {s: [] for s in sets})[k].append(values)
+        for score, by_set in columns.items():
+            for k in sets:
+                scores[k][score] = np.stack(by_set[k], axis=1)
         priors = em_priors(scores["transfer"][f"log-likelihood ratio fitted on {name} (rows on their class)"])
         print(f"EM priors of the teachers' domains on the transfer rows ({name}): {np.round(priors, 3).tolist()}")
         for k in sets:
