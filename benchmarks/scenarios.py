@@ -522,13 +522,14 @@ def generated_text(bench: Bench, ws) -> dict:
     """What a user without data does first: `kamal synthesize` with a prompt that names the domain (once per
     workspace). The probe then measures selection with RMD fitted on it, as
     `kamal amalgamate`'s score=auto fits it."""
-    if not any(d["name"] == GENERATED for d in ws.json("data")):
+    found = [d for d in ws.json("data") if d["name"] == GENERATED]
+    if not found:
         bench.say(f"kamal synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} (prompt naming the domain)")
         ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1,
            "--prompt", DOMAIN_PROMPT, quiet=True)
+        found = [d for d in ws.json("data") if d["name"] == GENERATED]
     bench.probe(ws, "--rmd-fit", GENERATED)
-    [data] = [d for d in ws.json("data") if d["name"] == GENERATED]
-    return data
+    return found[0]
 
 
 def default_student(bench: Bench) -> None:

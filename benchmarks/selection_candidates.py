@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kamalcli.amalgamate import percentile  # noqa: E402
 from kamalcli.data import load_dataset_rows  # noqa: E402
 from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
 from kamalcli.probe.auto_score import energy  # noqa: E402
@@ -123,12 +124,6 @@ def em_priors(llr: np.ndarray, iterations: int = 100) -> np.ndarray:
         posterior = np.exp(logits - logits.max(axis=1, keepdims=True))
         priors = (posterior / posterior.sum(axis=1, keepdims=True)).mean(axis=0)
     return priors
-
-
-def _pooled_rank(values: np.ndarray) -> np.ndarray:
-    from kamalcli.probe.selection import rankdata
-
-    return (rankdata(values.ravel()) / values.size).reshape(values.shape)
 
 
 def _pooled_z(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -222,7 +217,7 @@ def main() -> None:
             scores[k][f"rmd ({label})"] = np.stack(rmd[k], axis=1)
             scores[k][f"log-likelihood ratio ({label})"] = np.stack(ratio[k], axis=1)
             scores[k][f"rmd ({label}) + entropy (pooled percentiles)"] = (
-                _pooled_rank(scores[k][f"rmd ({label})"]) + _pooled_rank(scores[k]["entropy"]))
+                percentile(scores[k][f"rmd ({label})"]) + percentile(scores[k]["entropy"]))
     for name in args.generated:
         generated = store.dataset(name)
         written_for = load_dataset_rows(generated)[1]
@@ -263,7 +258,7 @@ def main() -> None:
         fused = f"rmd fitted on {name}, rows on their class"
         for other in ("entropy", "mc-dropout"):  # as kamal would compute it: pooled percentiles, per dataset
             for k in sets:
-                scores[k][f"{fused} + {other} (pooled percentiles)"] = _pooled_rank(scores[k][fused]) + _pooled_rank(scores[k][other])
+                scores[k][f"{fused} + {other} (pooled percentiles)"] = percentile(scores[k][fused]) + percentile(scores[k][other])
         ratio = f"log-likelihood ratio fitted on {name} (rows on their class)"
         for density in (fused, ratio):
             for other in ("energy", "entropy", "mc-dropout", "max-prob"):

@@ -137,10 +137,10 @@ def fit_rows(context: FeatureContext, options: StrataNetOptions) -> tuple[list[n
                                  "confidences are fitted on them (synthesize with that teacher)")
             names = list(context.sources.teachers[i].labels)
             local = np.array([names.index(c) for c in classes[own]])
-            on_class = own[on_steered_class(outputs.probs(i)[own], local)]  # as kamal probe's fit on generated text
-            chosen = np.sort(rng.permutation(on_class)[:max(2, round(options.fit_share * len(own)))])
-            rows.append(chosen)
-            labels.append(np.array([names.index(c) for c in classes[chosen]]))
+            on_class = np.flatnonzero(on_steered_class(outputs.probs(i)[own], local))  # as kamal probe's fit
+            picked = np.sort(rng.permutation(on_class)[:max(2, round(options.fit_share * len(own)))])
+            rows.append(own[picked])
+            labels.append(local[picked])
         return rows, labels, "held-out generated rows of each teacher (those it puts in their class)"
     for i in range(len(outputs.teachers)):  # no generated data: the rows each teacher is surest of (circular)
         p = outputs.probs(i)
