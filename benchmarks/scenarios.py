@@ -484,7 +484,7 @@ DEFAULT_STUDENT_ROWS = [
     ("vanilla-kd", "vanilla-kd", ()),
     ("uhc", "uhc", ()),
     ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",)),
-    ("kamal's default (muki-hard: score=auto, re-weighted)", "muki-hard", ()),
+    ("kamal's default (muki-hard, no options)", "muki-hard", ()),
 ]
 GENERATED = "synth"
 GENERATED_PER_CLASS = 20

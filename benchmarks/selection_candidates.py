@@ -1,7 +1,7 @@
 """Teacher selection by candidate scores kamal does not ship, on a workspace's cached probes (no training).
 
 python benchmarks/selection_candidates.py WORKSPACE [--transfer NAME] [--transfer-gold NAME] [--eval NAME]
-                                          [--student NAME ...] [--generated NAME ...]
+                                          [--student NAME ...] [--generated NAME ...] [--max-length N]
 
 For each score: how often the most confident teacher owns the gold label on the eval rows, its AUROC,
 and the same share on the transfer rows (their labels are read here only to measure). Candidates:
@@ -22,9 +22,12 @@ and the same share on the transfer rows (their labels are read here only to meas
 - the log-likelihood ratio of the same Gaussians (a mixture over classes, with log-determinants) instead of
   min_k RMD_k, with its parts, and with per-teacher priors estimated by EM on the transfer rows;
 - RMD summed with a certainty score (entropy, MC dropout, energy, max-prob), both as pooled z-scores or
-  pooled percentiles (one map for every teacher, so teachers stay comparable).
+  pooled percentiles (one map for every teacher, so teachers stay comparable);
+- the prototype score (kamal's, with --generated) at other temperatures than its 0.05; its prototypes moved
+  to the transfer rows by soft k-means (started at the generated ones); a vote of the 15 nearest generated
+  rows in the same encoder; each fused with RMD as kamal fuses (mean of the pooled percentiles).
 Uses the newest probe per (teacher, dataset) with K > 1 (any probe with features for --generated); reads the
-workspace, writes nothing.
+workspace, writes nothing but the shared encoder's cached sentence vectors.
 """
 
 from __future__ import annotations
@@ -131,6 +134,47 @@ def _pooled_z(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return (values - reference.mean()) / (reference.std() + 1e-12)
 
 
+def adapted_prototypes(vectors: np.ndarray, prototypes: np.ndarray, temperature: float,
+                       iterations: int = 20) -> np.ndarray:
+    """Soft k-means on unit vectors, started at the generated prototypes: each step, every prototype becomes
+    the unit mean of the rows weighted by their softmax(cos / T) responsibility for it."""
+    for _ in range(iterations):
+        logits = vectors @ prototypes.T / temperature
+        weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+        weights /= weights.sum(axis=1, keepdims=True)
+        prototypes = weights.T @ vectors
+        prototypes /= np.linalg.norm(prototypes, axis=1, keepdims=True) + 1e-12
+    return prototypes
+
+
+def _prototype_candidates(store, workspace, teachers, sets: dict, generated, max_length: int) -> dict:
+    """score -> set -> (rows, teachers): the prototype score's variants, in the default shared encoder."""
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER, TEMPERATURE, class_prototypes, fused, teacher_shares
+    from kamalcli.representation import sentence_vectors
+
+    def vectors(dataset):
+        return np.asarray(sentence_vectors(workspace, DEFAULT_ENCODER, load_dataset_rows(dataset)[0],
+                                           dataset.content_hash, max_length, "cpu", say=lambda _: None),
+                          dtype=np.float64)
+
+    names = list(dict.fromkeys(label for t in teachers for label in t.labels))
+    written_for = load_dataset_rows(generated)[1]
+    owns = np.array([[name in t.labels for t in teachers] for name in names])
+    prototypes = class_prototypes(vectors(generated), written_for, names)
+    found = {k: vectors(d) for k, d in sets.items()}
+    gen_vectors, gen_owner = vectors(generated), np.array([[label in t.labels for t in teachers] for label in written_for])
+    out = {}
+    for temperature in (0.01, 0.02, TEMPERATURE, 0.1):
+        shown = "kamal's" if temperature == TEMPERATURE else f"T={temperature}"
+        out[f"prototype ({shown})"] = {k: teacher_shares(v, prototypes, owns, temperature) for k, v in found.items()}
+        moved = adapted_prototypes(found["transfer"], prototypes, temperature)
+        out[f"prototype moved to the transfer rows by soft k-means (T={temperature})"] = {
+            k: teacher_shares(v, moved, owns, temperature) for k, v in found.items()}
+    out["vote of the 15 nearest generated rows (shared encoder)"] = {
+        k: gen_owner[np.argsort(-(v @ gen_vectors.T), axis=1)[:, :15]].mean(axis=1) for k, v in found.items()}
+    return out, fused
+
+
 def _means_generated_covariance_transfer(features, local, keep, transfer, transfer_pred):
     """Class means from the generated rows; the shared covariance from the transfer rows, pooled within the
     class the teacher predicts (thousands of real rows instead of tens of generated ones); background: transfer."""
@@ -171,8 +215,11 @@ def main() -> None:
     parser.add_argument("--eval", default="test")
     parser.add_argument("--student", action="append", default=[], help="a trained student of these teachers")
     parser.add_argument("--generated", action="append", default=[], help="a dataset kamal synthesize wrote")
+    parser.add_argument("--max-length", type=int, default=64, help="tokens the shared encoder reads per row "
+                        "(the benchmarks' probes use 64)")
     args = parser.parse_args()
-    store = Store.open(find_workspace(args.workspace))
+    workspace = find_workspace(args.workspace)
+    store = Store.open(workspace)
     teachers = store.teachers()
     sets = {"transfer": store.dataset(args.transfer), "eval": store.dataset(args.eval)}
     gold = {"transfer": load_dataset_rows(store.dataset(args.transfer_gold))[1], "eval": load_dataset_rows(sets["eval"])[1]}
@@ -255,6 +302,13 @@ def main() -> None:
         for k in sets:
             scores[k][f"log-likelihood ratio fitted on {name}, + log EM prior"] = (
                 scores[k][f"log-likelihood ratio fitted on {name} (rows on their class)"] + np.log(priors))
+        prototype, fuse = _prototype_candidates(store, workspace, teachers, sets, generated,
+                                                args.max_length)
+        for score, by_set in prototype.items():
+            for k in sets:
+                scores[k][score] = by_set[k]
+                scores[k][f"{score} + rmd fitted on {name} (kamal's fusion)"] = fuse(
+                    scores[k][f"rmd fitted on {name}, rows on their class"], by_set[k])
         fused = f"rmd fitted on {name}, rows on their class"
         for other in ("entropy", "mc-dropout"):  # as kamal would compute it: pooled percentiles, per dataset
             for k in sets:

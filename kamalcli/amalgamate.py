@@ -189,6 +189,10 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
             say(f"score=auto: RMD fitted on {generated.name}, text kamal synthesize wrote for these teachers "
                 "(--rmd-fit NAME for other labelled data)")
         unfitted_auto = generated is None
+        score = options.confidence_score
+        if generated is None and score != "auto":
+            raise KamalError(f"score={score} needs labelled text for every label of these teachers: --rmd-fit NAME, "
+                             "or text from `kamal synthesize`")
     train_config = TrainConfig(**request.train)
     train_config.validate()
     probe_request = ProbeRequest(**request.probe)
@@ -445,7 +449,44 @@ def _teacher_outputs(workspace, store, request, method, options, teachers, datas
                 elif note and note["generated"]:
                     say(generated_fit_line(note))
     outputs = teacher_outputs(store, teachers, probes)
+    if reads_confidences(method, options) and _wants_prototypes(options, request, outputs):
+        outputs = _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs,
+                                        train_config, say)
     return outputs, probes, runner
+
+
+def _wants_prototypes(options, request, outputs) -> bool:
+    """An explicit prototype score, or score=auto with RMD fitted on labelled text (generated or --rmd-fit)."""
+    from kamalcli.methods.output_level import PROTOTYPE_SCORES
+
+    score = getattr(options, "confidence_score", None)
+    if score in PROTOTYPE_SCORES:
+        return True
+    return (score == "auto" and request.rmd_fit is not None and "rmd" in outputs.confidence
+            and all(s == "labelled" for s in outputs.rmd_sources))
+
+
+def _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs, train_config, say):
+    """outputs with the prototype score and its fusion with RMD (kamalcli/probe/prototypes.py). score=auto
+    without an encoder named goes on with RMD alone, saying so, when the default encoder is not installed."""
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER, fused, prototype_scores
+
+    encoder = options.encoder or DEFAULT_ENCODER
+    if not request.rmd_fit:
+        raise KamalError(f"score={options.confidence_score} needs labelled text for every label: --rmd-fit NAME")
+    try:
+        scores = prototype_scores(workspace, teachers, dataset, store.dataset(request.rmd_fit), encoder=encoder,
+                                  max_length=train_config.max_length, device=train_config.device, say=say)
+    except KamalError as error:
+        if options.encoder or options.confidence_score != "auto":
+            raise
+        say(f"score=auto: no prototype score ({error}); teachers are selected by RMD alone.")
+        return outputs
+    confidence = {**outputs.confidence, "prototype": percentile(scores)}
+    if "rmd" in confidence:
+        confidence["rmd+prototype"] = fused(confidence["rmd"], scores)
+    say(f"Prototype score: {encoder}'s sentence vectors of {request.rmd_fit}'s rows, one prototype per label.")
+    return replace(outputs, confidence=confidence)
 
 
 def _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold, train_config, device,
@@ -478,9 +519,13 @@ def reads_confidences(method, options) -> bool:
 
 
 def _auto_fits_generated_text(request: AmalgamateRequest, options, teachers) -> bool:
-    # teachers kamal trained have their training rows, the better fit (86.7% against 81.8% selection, measured)
-    return (request.rmd_fit is None and getattr(options, "confidence_score", None) == "auto"
-            and not _trained_here(teachers))
+    from kamalcli.methods.output_level import PROTOTYPE_SCORES
+
+    score = getattr(options, "confidence_score", None)
+    if request.rmd_fit is not None:
+        return False
+    # teachers kamal trained have their training rows, the better RMD fit (86.7% against 81.8% selection, measured)
+    return score in PROTOTYPE_SCORES or (score == "auto" and not _trained_here(teachers))
 
 
 def _trained_here(teachers) -> bool:
@@ -507,7 +552,7 @@ def options_need_rmd(options, teachers=(), rmd_fit: str | None = None) -> bool:
     score = getattr(options, "confidence_score", None)
     if score == "auto":
         return bool(teachers) and (rmd_fit is not None or _trained_here(teachers))
-    return score == "rmd"
+    return score in ("rmd", "rmd+prototype")
 
 
 def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: int, task: str = "sequence"):

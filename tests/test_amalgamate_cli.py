@@ -28,7 +28,7 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     assert [t["name"] for t in hard["teachers"]] == ["news", "money"]
     assert all(len(t["fingerprint"]) == 64 and t["probe_id"] for t in hard["teachers"])
     assert hard["options"] == {"paper": False, "mc": True, "reweight": True, "score": "auto", "calibrate": "none",
-                               "temperature": 1.0}
+                               "temperature": 1.0, "encoder": ""}
     assert hard["train"]["objective"]["auto"]["score"] in ("mc-dropout", "entropy", "max-prob", "energy")
     assert hard["select_by"] == "transfer-loss" and hard["train"]["selected_by"] == "transfer-loss"
     assert hard["train"]["held_out_rows"] == 12 and hard["train"]["train_rows"] == 228
@@ -209,3 +209,19 @@ def test_without_epochs_the_step_budget_applies_and_epochs_win(two_teachers, ass
     assert budget["config"]["epochs"] is None and budget["config"]["steps"] == 6
     assert budget["steps"] == 6 and budget["stopped_early"] is False  # measured at step 6 only: nothing to stop
     assert epoch["config"]["epochs"] == 1 and epoch["steps"] == 15  # 228 rows / 16: --epochs wins over --steps
+
+
+def test_prototype_scores_need_labelled_text_for_every_label(two_teachers, assets):
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--option", "score=rmd+prototype", "--name", "p",
+                          *train_args(assets), code=2)
+    assert "score=rmd+prototype needs labelled text for every label" in result.output
+    assert not two_teachers.json("students")
+    two_teachers("add-data", assets["train"], "--name", "train", "--role", "eval")
+    result = two_teachers("amalgamate", "--method", "muki-soft", "--option", "score=prototype", "--option",
+                          f"encoder={assets['encoder']}", "--rmd-fit", "train", "--name", "p", *train_args(assets))
+    assert "sentence vectors of train's rows, one prototype per label" in result.output
+    [student] = two_teachers.json("students")
+    assert student["train"]["objective"]["score"] == "prototype"
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--option", "score=prototype", "--option",
+                          "encoder=/no/such/encoder", "--rmd-fit", "train", "--name", "q", *train_args(assets), code=2)
+    assert "/no/such/encoder: no such folder" in result.output and "Traceback" not in result.output

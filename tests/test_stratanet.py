@@ -143,7 +143,7 @@ def lm(tmp_path_factory):
     return tiny.make_causal_lm(tmp_path_factory.mktemp("lm") / "lm", seed=7)
 
 
-def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm):
+def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm, monkeypatch):
     kamal("add-teacher", trained["news"], "--name", "news")
     kamal("add-teacher", trained["money"], "--name", "money")
     kamal("synthesize", "--lm", lm, "--name", "synth", "--per-class", 10, "--max-new-tokens", 8, "--top-m", 6,
@@ -159,15 +159,24 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     assert info["blocks"] == [[[1], [1]], [[2], [2]]]
     assert 0 <= info["amal_mean_cosine_last_batch"] < 0.99
     assert kamal.json("eval", "strata", "--data", "test")["accuracy"] is not None
-    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args).output
-    # the teachers were added (kamal has not their training rows): score=auto fits RMD on the generated text
+    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args,
+                "--option", f"encoder={assets['encoder']}").output
+    # the teachers were added (kamal has not their training rows): score=auto fits RMD on the generated text,
+    # and takes the labels' prototypes from it in the shared encoder
     assert "score=auto: RMD fitted on synth" in out
     fitted = re.findall(r"RMD for (\w+): fitted on (\d+) of the (\d+) rows of synth written for its classes", out)
     assert [(name, int(total)) for name, _, total in fitted] == [("news", 20), ("money", 20)]
     assert all(2 <= int(rows) <= 20 for _, rows, _ in fitted)
+    assert "sentence vectors of synth's rows, one prototype per label" in out
     muki = next(s for s in kamal.json("students") if s["name"] == "muki")
-    assert muki["train"]["objective"]["score"] == "rmd"
+    assert muki["train"]["objective"]["score"] == "rmd+prototype"
+    assert muki["train"]["objective"]["auto"]["score"] == "rmd+prototype"
     assert next(r for r in kamal.json("runs") if r["name"] == "muki")["params"]["rmd_fit"] == "synth"  # for --resume
+    # without the default encoder installed, score=auto says so and selects by RMD alone
+    monkeypatch.setattr("kamalcli.probe.prototypes.DEFAULT_ENCODER", str(assets["encoder"]) + "-not-installed")
+    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-rmd", *args).output
+    assert "no prototype score" in out and "selected by RMD alone" in out
+    assert next(s for s in kamal.json("students") if s["name"] == "muki-rmd")["train"]["objective"]["score"] == "rmd"
     out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-entropy",
                 "--option", "score=entropy", *args).output
     assert "fitted on synth" not in out

@@ -17,7 +17,8 @@ import numpy as np
 
 from kamalcli.methods.base import Objective, Options, TeacherOutputs, require
 
-Score = Literal["auto", "mc-dropout", "entropy", "max-prob", "energy", "rmd"]
+Score = Literal["auto", "mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rmd+prototype"]
+PROTOTYPE_SCORES = ("prototype", "rmd+prototype")  # need labelled text for every label (kamalcli/probe/prototypes.py)
 Calibration = Literal["none", "rank"]
 
 
@@ -52,6 +53,7 @@ class MukiHardOptions(Options):
     score: Score = "auto"         # which confidence picks the teacher; auto: chosen per workspace without labels
     calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
     temperature: float = 1.0      # softens the teachers' distributions and the student's alike
+    encoder: str = ""             # the shared sentence encoder of the prototype score; "": all-MiniLM-L6-v2
 
     def check(self) -> None:
         require(self.temperature > 0, "temperature must be above 0")

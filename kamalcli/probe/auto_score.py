@@ -5,7 +5,9 @@ Three rules, in order:
    (a teacher's own training rows, labelled rows given with --rmd-fit, or text
    kamal synthesize wrote for the teachers, which amalgamate picks up) for every
    teacher. Distance to each teacher's training distribution is the one score measured
-   to separate teachers that are all over-confident out of their domain.
+   to separate teachers that are all over-confident out of their domain. Where that
+   labelled text also gave the prototype score (one shared sentence encoder,
+   kamalcli/probe/prototypes.py), the fusion of the two: `rmd+prototype`.
 2. Energy when the teachers' label counts differ: max-prob and the entropy-based
    confidences (normalised by log|Y_i|) have a floor and a scale that depend on the
    number of labels, so they do not compare a two-label teacher with a four-label one;
@@ -60,6 +62,9 @@ def choose_score(confidence: dict[str, np.ndarray], rmd_sources: tuple[str | Non
     """confidence: score -> (n, N) on the transfer rows; rmd_sources: per teacher, where its RMD fit came from;
     label_counts: per teacher, how many labels it knows."""
     if "rmd" in confidence and rmd_sources and all(s in INDEPENDENT_RMD for s in rmd_sources):
+        if "rmd+prototype" in confidence:
+            return AutoChoice("rmd+prototype", "RMD in each teacher's space and the class prototypes of one shared "
+                              "sentence encoder, both from labelled text the teachers did not pick", {})
         return AutoChoice("rmd", "RMD fitted on in-distribution rows the teachers did not pick themselves", {})
     if "energy" in confidence and len(set(label_counts)) > 1:
         return AutoChoice("energy", "the teachers know different numbers of labels", {})

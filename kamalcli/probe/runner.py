@@ -13,6 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -122,6 +123,7 @@ class Runner:
     run_id: int | None = None
     options_key: str = ""
     read_only: bool = False  # a non-zero rank rebuilding what rank 0 built: every probe must be cached
+    say: Callable[[str], None] = print
     _gold_labels: dict = field(default_factory=dict, init=False, repr=False)
 
     # -- (1) probes ------------------------------------------------------------
@@ -345,8 +347,10 @@ class Runner:
             for layer in sorted(shared)
         }
 
-    def _label_free_candidates(self, teachers, probes: dict, rows: dict) -> dict[str, dict]:
-        """energy, RMD compared per teacher (its percentile among its own rows), and what score=auto picks here."""
+    def _label_free_candidates(self, teachers, probes: dict, rows: dict, dataset) -> dict[str, dict]:
+        """energy, RMD compared per teacher (its percentile among its own rows), the prototype score and its
+        fusion with RMD (when every RMD was fitted on one labelled dataset), and what score=auto picks here."""
+        from kamalcli.amalgamate import percentile
         from kamalcli.methods.output_level import per_teacher_rank
         from kamalcli.probe.auto_score import choose_score, energy
         from kamalcli.probe.figures import SCORES
@@ -355,14 +359,39 @@ class Runner:
         columns = {name: [fn(rows[t.id]) for t in teachers] for name, fn in SCORES.items()}
         confidence = {name: np.stack(c, axis=1) for name, c in columns.items() if all(x is not None for x in c)}
         confidence["energy"] = np.stack([out["energy"][t.id] for t in teachers], axis=1)
+        fits = [self.store.rmd_fit_of(probes[t.id].id) for t in teachers]
         if "rmd" in confidence:
             ranked = per_teacher_rank(confidence["rmd"])
             out["rmd, per-teacher rank"] = {t.id: ranked[:, i] for i, t in enumerate(teachers)}
-        fits = [self.store.rmd_fit_of(probes[t.id].id) for t in teachers]
+            prototype = self._prototype_scores(teachers, dataset, fits, probes)
+            if prototype is not None:
+                from kamalcli.probe.prototypes import fused
+
+                confidence["prototype"] = percentile(prototype)
+                confidence["rmd+prototype"] = fused(confidence["rmd"], prototype)
+                for name in ("prototype", "rmd+prototype"):
+                    out[name] = {t.id: confidence[name][:, i] for i, t in enumerate(teachers)}
         choice = choose_score(confidence, tuple(f.source if f is not None else None for f in fits),
                               tuple(len(t.labels) for t in teachers))
         out[f"auto: {choice.score}"] = {t.id: confidence[choice.score][:, i] for i, t in enumerate(teachers)}
         return out
+
+    def _prototype_scores(self, teachers, dataset, fits, probes: dict) -> np.ndarray | None:
+        """The prototype score on dataset's rows, when every teacher's RMD was fitted on the same labelled
+        dataset (the prototypes come from it); None otherwise, or without the default encoder installed."""
+        from kamalcli.probe.prototypes import DEFAULT_ENCODER, prototype_scores
+        from kamalcli.runtime import resolve_device
+
+        if any(f is None or f.source != "labelled" for f in fits) or len({f.dataset_id for f in fits}) != 1:
+            return None
+        try:
+            return prototype_scores(self.workspace, teachers, dataset, self.store.dataset_by_id(fits[0].dataset_id),
+                                    encoder=DEFAULT_ENCODER,
+                                    max_length=max(p.options.get("max_length", 128) for p in probes.values()),
+                                    device=resolve_device(self.device), say=self.say)
+        except KamalError as error:
+            self.say(f"No prototype score in the selection table: {error}")
+            return None
 
     def _gold(self, dataset) -> list[str]:
         """A labelled dataset's gold labels, read once per run."""
@@ -418,7 +447,8 @@ class Runner:
             return None
         space = self.store.label_space(teachers)
         rows = {t.id: self.store.probe_rows(latest[t.id].id) for t in teachers}
-        extra = {**self._rmd_other_layers(teachers, latest), **self._label_free_candidates(teachers, latest, rows)}
+        extra = {**self._rmd_other_layers(teachers, latest),
+                 **self._label_free_candidates(teachers, latest, rows, dataset)}
         results = selection_table(self._gold(dataset), space, teachers, rows, extra)
         self.store.replace_selection(dataset.id, self.options_key, [t.name for t in teachers],
                                      [latest[t.id].id for t in teachers], results)

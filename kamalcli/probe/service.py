@@ -100,7 +100,7 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
             summary["run_id"] = run.id
             return summary
         runner = Runner(workspace, store, device=device, batch_size=batch_size, mode=mode,
-                        run_id=run.id, options_key=key)
+                        run_id=run.id, options_key=key, say=say)
         probes_by_teacher = {t.id: [] for t in teachers}
         for teacher in teachers:
             for dataset in datasets:

@@ -1,0 +1,75 @@
+"""The prototype score: how near a row is to each teacher's labels in one shared sentence encoder.
+
+RMD measures each teacher in its own fine-tuned feature space. Fine-tuning keeps what separates that
+teacher's classes and folds foreign text onto them, so distances in two teachers' spaces do not compare
+well, and a teacher with few classes loses its rows to the one with many. A general sentence encoder
+(all-MiniLM-L6-v2 by default), fine-tuned on no teacher's labels, places every label's text in one space:
+- the prototype of label c is the unit mean of the encoder's sentence vectors of rows labelled c (text
+  kamal synthesize wrote for c, or the labelled rows given with --rmd-fit);
+- a row's prototype score for teacher i is the share of softmax(cos(x, prototype_c) / T) over all labels
+  that falls on teacher i's labels.
+T = 0.05 is the encoder's own training temperature (its contrastive loss scales cosines by 20).
+
+The two scores err on different rows, so kamal's default (score=auto with such text) averages their
+pooled percentiles: `rmd+prototype`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+
+DEFAULT_ENCODER = "minilm-l6"
+TEMPERATURE = 0.05
+
+
+def class_prototypes(vectors: np.ndarray, labels: list[str], names: list[str]) -> np.ndarray:
+    """(len(names), H): per label name, the unit-length mean of the unit-length vectors labelled with it."""
+    vectors = _unit(np.asarray(vectors, dtype=np.float64))
+    labels = np.asarray(labels, dtype=object)
+    missing = [name for name in names if not (labels == name).any()]
+    if missing:
+        raise KamalError(f"no rows for label(s) {', '.join(missing)}: the prototype score needs every label")
+    return _unit(np.stack([vectors[labels == name].mean(axis=0) for name in names]))
+
+
+def teacher_shares(vectors: np.ndarray, prototypes: np.ndarray, owns: np.ndarray,
+                   temperature: float = TEMPERATURE) -> np.ndarray:
+    """(n, N): per row, the softmax mass over all labels' prototypes that falls on each teacher's labels.
+
+    owns: (labels, N) booleans, label c is one of teacher i's (a label two teachers know counts for both)."""
+    logits = _unit(np.asarray(vectors, dtype=np.float64)) @ prototypes.T / temperature
+    logits -= logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=1, keepdims=True)
+    return probs @ np.asarray(owns, dtype=np.float64)
+
+
+def fused(rmd: np.ndarray, prototype: np.ndarray) -> np.ndarray:
+    """The mean of the two scores' pooled percentiles (each one map for all teachers), in (0, 1]."""
+    from kamalcli.amalgamate import percentile
+
+    return (percentile(rmd) + percentile(prototype)) / 2
+
+
+def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
+                     say=print) -> np.ndarray:
+    """(rows of dataset, teachers): the prototype score, prototypes from fit_dataset's labelled rows."""
+    from kamalcli.data import load_dataset_rows
+    from kamalcli.representation import sentence_vectors
+
+    names = list(dict.fromkeys(label for t in teachers for label in t.labels))
+    fit_texts, fit_labels = load_dataset_rows(fit_dataset)
+    if fit_labels is None:
+        raise KamalError(f"{fit_dataset.name} has no labels: the prototype score needs labelled rows")
+    texts, _ = load_dataset_rows(dataset)
+    fit_vectors = sentence_vectors(workspace, encoder, fit_texts, fit_dataset.content_hash, max_length, device, say)
+    prototypes = class_prototypes(fit_vectors, fit_labels, names)
+    vectors = sentence_vectors(workspace, encoder, texts, dataset.content_hash, max_length, device, say)
+    owns = np.array([[name in t.labels for t in teachers] for name in names])
+    return teacher_shares(vectors, prototypes, owns)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)

@@ -1,0 +1,55 @@
+"""The prototype score and its fusion with RMD: golden values worked out by hand; the mean-pooled vectors."""
+
+import numpy as np
+import pytest
+
+from kamalcli.errors import KamalError
+from kamalcli.probe.auto_score import choose_score
+from kamalcli.probe.prototypes import class_prototypes, fused, teacher_shares
+
+
+def test_a_label_prototype_is_the_unit_mean_of_its_unit_rows():
+    vectors = np.array([[2.0, 0.0], [0.0, 3.0], [0.0, 1.0]])  # unit: [1,0], [0,1], [0,1]
+    prototypes = class_prototypes(vectors, ["a", "b", "a"], ["b", "a"])
+    assert np.allclose(prototypes, [[0.0, 1.0], [0.707107, 0.707107]], atol=1e-6)
+    with pytest.raises(KamalError, match="no rows for label.* c"):
+        class_prototypes(vectors, ["a", "b", "a"], ["a", "b", "c"])
+
+
+def test_teacher_shares_are_softmax_mass_over_each_teachers_labels():
+    prototypes = np.array([[1.0, 0.0], [0.0, 1.0]])  # labels a, b
+    rows = np.array([[1.0, 0.0], [3.0, 4.0]])  # the second is [0.6, 0.8] at unit length
+    owns = np.array([[True, False], [False, True]])  # teacher 0 knows a, teacher 1 knows b
+    # softmax([1, 0]) = [0.731059, 0.268941]; softmax([0.6, 0.8]) = [0.450166, 0.549834]
+    assert np.allclose(teacher_shares(rows, prototypes, owns, temperature=1.0),
+                       [[0.731059, 0.268941], [0.450166, 0.549834]], atol=1e-6)
+    both = np.array([[True, True], [False, True]])  # a label two teachers know counts for both
+    assert np.allclose(teacher_shares(rows, prototypes, both, temperature=1.0)[0], [0.731059, 1.0], atol=1e-6)
+    # T = 0.05 scales the cosines by 20: softmax([20, 0])
+    assert np.allclose(teacher_shares(rows[:1], prototypes, owns)[0], [1 - 2.061154e-9, 2.061154e-9], atol=1e-12)
+
+
+def test_fusion_averages_the_pooled_percentiles():
+    rmd = np.array([[1.0, 2.0], [3.0, 4.0]])          # percentiles 0.25 0.5 / 0.75 1
+    prototype = np.array([[0.9, 0.1], [0.2, 0.8]])    # percentiles 1 0.25 / 0.5 0.75
+    assert np.allclose(fused(rmd, prototype), [[0.625, 0.375], [0.625, 0.875]])
+
+
+def test_auto_takes_the_fusion_only_with_rmd_fitted_on_text_the_teachers_did_not_pick():
+    pick = lambda choices: np.array([[1.0, 0.0] if c == 0 else [0.0, 1.0] for c in choices])  # noqa: E731
+    scores = {"entropy": pick([0, 0, 1, 1]), "rmd": pick([0, 1, 1, 1]), "rmd+prototype": pick([0, 0, 0, 1])}
+    choice = choose_score(scores, ("labelled", "labelled"))
+    assert choice.score == "rmd+prototype" and "shared sentence encoder" in choice.reason
+    assert choose_score({k: v for k, v in scores.items() if k != "rmd+prototype"}, ("labelled", "labelled")).score == "rmd"
+    assert choose_score(scores, ("pseudo", "labelled")).score not in ("rmd", "rmd+prototype")  # not in the vote
+
+
+def test_sentence_vectors_are_unit_means_over_the_real_tokens_only(tmp_path, assets):
+    from kamalcli.representation import _compute
+
+    short, long = "world news today", "sports scores from the league final match tonight"
+    together = _compute(assets["encoder"], [short, long], 32, "cpu", "mean")
+    alone = _compute(assets["encoder"], [short], 32, "cpu", "mean")
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(together[0], alone[0], atol=1e-5)  # padding beside a longer row changes nothing
+    assert not np.allclose(together[0], _compute(assets["encoder"], [short], 32, "cpu", "cls")[0], atol=1e-3)
