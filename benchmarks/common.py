@@ -172,6 +172,12 @@ class Bench:
         ws("train-teacher", "labelled", "--labels", ",".join(labels), "--name", name,
            "--base", base or self.profile.base, *self.profile.train_args(epochs or self.profile.teacher_epochs))
 
+    def probe_key(self) -> str:
+        """The cache key of the probes `probe` makes (what `kamal report` files their selection under)."""
+        from kamalcli.probe.runner import ProbeRequest
+
+        return ProbeRequest(mc_samples=self.profile.mc_samples, max_length=self.profile.max_length).options_key
+
     def probe(self, ws: Workspace, *extra: str) -> None:
         self.say("probe the teachers on transfer and test data")
         ws("probe", "--data", "transfer", "--data", "test", "--mc-samples", str(self.profile.mc_samples),

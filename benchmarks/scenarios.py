@@ -70,8 +70,11 @@ def _supervised_row(bench: Bench) -> tuple[list, dict]:
     return ["supervised (upper bound)", pct(acc), pct(f1)], payload
 
 
-def _selection(ws, dataset: str = "test") -> list[dict]:
-    return [s for s in ws.json("report")["selection"] if s["data"] == dataset]
+def _selection(ws, dataset: str = "test", options_key: str | None = None) -> list[dict]:
+    """The report's selection rows on dataset; options_key: only those of probes with these settings (a workspace
+    may also hold probes made by hand with others)."""
+    return [s for s in ws.json("report")["selection"]
+            if s["data"] == dataset and options_key in (None, s.get("options_key"))]
 
 
 def _selection_table(selection: list[dict]) -> str:
@@ -552,7 +555,7 @@ def default_student(bench: Bench) -> None:
         students, student_payload = _student_rows(bench, ws, names, DEFAULT_STUDENT_ROWS, default_budget=True,
                                                   tag="budget ")
         rows = [["supervised (upper bound, same budget)", pct(sup_acc), pct(sup_f1)], *fixed, *students]
-        selection = _selection(ws)
+        selection = _selection(ws, options_key=bench.probe_key())
         verdict = _targets(fixed_payload, student_payload, selection)
         seeds = ",".join(map(str, bench.seeds))
         kept = "; ".join(f"{label}: {'/'.join(map(str, p['best_step']))} of {'/'.join(map(str, p['steps']))}"

@@ -472,8 +472,6 @@ def _with_prototype_score(workspace, store, request, options, teachers, dataset,
     from kamalcli.probe.prototypes import DEFAULT_ENCODER, fused, prototype_scores
 
     encoder = options.encoder or DEFAULT_ENCODER
-    if not request.rmd_fit:
-        raise KamalError(f"score={options.confidence_score} needs labelled text for every label: --rmd-fit NAME")
     try:
         scores = prototype_scores(workspace, teachers, dataset, store.dataset(request.rmd_fit), encoder=encoder,
                                   max_length=train_config.max_length, device=train_config.device, say=say)

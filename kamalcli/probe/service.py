@@ -10,7 +10,7 @@ from kamalcli.probe.runner import ProbeRequest, Runner, generated_fit_line
 __all__ = ["ProbeRequest", "Runner", "probe_workspace", "selection_groups", "selection_rows"]
 
 # Scores MUKI's `score` option takes besides its own mc-dropout (what a report may suggest)
-SUGGESTABLE_SCORES = ("mc-dropout", "entropy", "max-prob", "energy", "rmd")
+SUGGESTABLE_SCORES = ("mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rmd+prototype")
 
 
 def selection_rows(store) -> list[dict]:
