@@ -85,3 +85,27 @@ def test_synthesize_with_smollm2_converted_from_its_gguf(kamal, trained):
     [path] = (kamal.workspace / ".kamal" / "artifacts" / "data").glob("*.parquet")
     texts = pq.read_table(path).column("text").to_pylist()
     assert all(len(t.split()) >= 2 for t in texts)  # English words from a real LM, not token debris
+
+
+@pytest.mark.slow
+def test_prototypes_in_the_real_shared_encoder_tell_real_topics_apart(tmp_path):
+    """The prototype score's encoder, mean-pooled: prototypes from 10 rows per label put most other rows of the
+    label with the teacher that owns it (two teachers of three demo topics each; chance is half)."""
+    import numpy as np
+
+    from kamalcli.probe.prototypes import class_prototypes, teacher_shares
+    from kamalcli.representation import _compute
+    from kamalcli.assets import resolve_model_source
+
+    rows = [json.loads(line) for line in gzip.open(resources.files("kamalcli.resources").joinpath("demo/train.jsonl.gz"))]
+    names = ["games", "graphics", "sound", "math", "mail", "science"]
+    fit = [r for name in names for r in [r for r in rows if r["label"] == name][:10]]
+    held = [r for name in names for r in [r for r in rows if r["label"] == name][10:40]]
+    folder = resolve_model_source("minilm-l6")
+    prototypes = class_prototypes(_compute(folder, [r["text"] for r in fit], 64, "cpu", "mean"),
+                                  [r["label"] for r in fit], names)
+    owns = np.array([[name in names[:3], name in names[3:]] for name in names])
+    shares = teacher_shares(_compute(folder, [r["text"] for r in held], 64, "cpu", "mean"), prototypes, owns)
+    owner = np.array([0 if r["label"] in names[:3] else 1 for r in held])
+    assert np.allclose(shares.sum(axis=1), 1.0)
+    assert (shares.argmax(axis=1) == owner).mean() > 0.75
