@@ -573,7 +573,8 @@ def default_student(bench: Bench) -> None:
                     if "section" in earlier.get(title, {}) and title not in payload})
     sections = [payload[t]["section"] for t in DEFAULT_STUDENT_SETTINGS if t in payload]
     intro = (f"Generated text: `kamal synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} --seed 1 "
-             f"--prompt \"{DOMAIN_PROMPT}\"` in each workspace before any student.")
+             f"--prompt \"{DOMAIN_PROMPT}\"` in each workspace before any student. Runs with `--settings` merge "
+             "into this file: the comment above describes the last run, each setting names its own seeds.")
     write_results(bench, payload, "\n\n".join([intro, *sections]))
 
 

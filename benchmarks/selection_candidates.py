@@ -4,7 +4,8 @@ python benchmarks/selection_candidates.py WORKSPACE [--transfer NAME] [--transfe
                                           [--student NAME ...] [--generated NAME ...] [--max-length N]
 
 For each score: how often the most confident teacher owns the gold label on the eval rows, its AUROC,
-and the same share on the transfer rows (their labels are read here only to measure). Candidates:
+the same share on the transfer rows, and how often the chosen teacher's label is the gold one there (the hard
+target a student learns; the transfer rows' labels are read here only to measure). Candidates:
 - raw: mc-dropout, entropy, max-prob, energy, max-logit, RMD refitted on the transfer rows each teacher
   is confident on (kamal's fallback when the teachers' training data is unknown);
 - per teacher: each raw score z-scored, or ranked, over that teacher's own transfer rows;
@@ -354,11 +355,18 @@ def main() -> None:
     for name in args.student:
         for k in sets:
             scores[k][f"student {name}'s block probability"] = _blocks(store, name, sets[k], teachers)
-    print(f"| score | right teacher on {args.eval} % | AUROC | right teacher on {args.transfer} % |")
-    print("|---|---|---|---|")
+    # each teacher's label for each transfer row: is the hard target of the chosen teacher the gold label?
+    said = np.stack([np.array(t.labels, dtype=object)[a.probs().argmax(axis=1)]
+                     for t, a in zip(teachers, arrays["transfer"])], axis=1)
+    gold_transfer = np.array(gold["transfer"], dtype=object)
+    print(f"| score | right teacher on {args.eval} % | AUROC | right teacher on {args.transfer} % "
+          f"| hard target right on {args.transfer} % |")
+    print("|---|---|---|---|---|")
     for name in scores["eval"]:
         q, t = selection_quality(scores["eval"][name], owns["eval"]), selection_quality(scores["transfer"][name], owns["transfer"])
-        print(f"| {name} | {100 * q['accuracy']:.1f} | {q['auroc']:.3f} | {100 * t['accuracy']:.1f} |")
+        chosen = np.asarray(scores["transfer"][name]).argmax(axis=1)
+        target = (said[np.arange(len(chosen)), chosen] == gold_transfer).mean()
+        print(f"| {name} | {100 * q['accuracy']:.1f} | {q['auroc']:.3f} | {100 * t['accuracy']:.1f} | {100 * target:.1f} |")
 
 
 if __name__ == "__main__":
