@@ -468,15 +468,15 @@ def _wants_prototypes(options, request, outputs) -> bool:
 
 def _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs, train_config, say):
     """outputs with the prototype score and its fusion with RMD (kamalcli/probe/prototypes.py). score=auto
-    without an encoder named goes on with RMD alone, saying so, when the default encoder is not installed."""
+    with the default encoder goes on with RMD alone, saying so, when that encoder is not installed."""
     from kamalcli.probe.prototypes import DEFAULT_ENCODER, fused, prototype_scores
 
-    encoder = options.encoder or DEFAULT_ENCODER
+    encoder = options.encoder
     try:
         scores = prototype_scores(workspace, teachers, dataset, store.dataset(request.rmd_fit), encoder=encoder,
                                   max_length=train_config.max_length, device=train_config.device, say=say)
     except KamalError as error:
-        if options.encoder or options.confidence_score != "auto":
+        if encoder != DEFAULT_ENCODER or options.confidence_score != "auto":
             raise
         say(f"score=auto: no prototype score ({error}); teachers are selected by RMD alone.")
         return outputs

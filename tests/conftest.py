@@ -151,3 +151,20 @@ def same_labels(kamal, assets, trained, tmp_path):
     rows = [r for r in tiny.topic_rows(["world", "sports"], 40, seed=21)]
     kamal("add-data", tiny.write_jsonl(tmp_path / "ws.jsonl", rows), "--name", "labelled", "--label-column", "label")
     return kamal
+
+
+@pytest.fixture
+def uninstalled_base(monkeypatch):
+    """uninstalled_base(name): the named base behaves as if its package were not installed."""
+    from dataclasses import replace
+
+    from kamalcli import assets
+    from kamalcli.errors import KamalError
+
+    def uninstall(name: str) -> None:
+        def locate():
+            raise KamalError(f"the model package of {name} is not installed")
+
+        monkeypatch.setitem(assets.BASES, name, replace(assets.BASES[name], locate=locate))
+
+    return uninstall

@@ -51,7 +51,8 @@ def test_labelled_rmd_fit_and_k_1(two_teachers):
     assert news["mean_mc_uhat"] == pytest.approx(news["mean_uhat"], abs=1e-6)  # K = 1: no sampling
 
 
-def test_labelled_rmd_fit_adds_the_prototype_scores_and_auto_takes_their_fusion(two_teachers, assets, monkeypatch):
+def test_labelled_rmd_fit_adds_the_prototype_scores_and_auto_takes_their_fusion(two_teachers, assets, monkeypatch,
+                                                                                 uninstalled_base):
     monkeypatch.setattr("kamalcli.probe.prototypes.DEFAULT_ENCODER", str(assets["encoder"]))
     two_teachers("add-data", assets["train"], "--name", "train", "--role", "eval")
     out = two_teachers("probe", "--mc-samples", "1", "--rmd-fit", "train", "--data", "test").output
@@ -60,7 +61,8 @@ def test_labelled_rmd_fit_adds_the_prototype_scores_and_auto_takes_their_fusion(
     assert {"prototype", "rmd+prototype", "auto: rmd+prototype"} <= set(selection)
     assert selection["auto: rmd+prototype"]["accuracy"] == selection["rmd+prototype"]["accuracy"]
     # without the encoder (its package not installed), the table says so and goes without the prototype rows
-    monkeypatch.setattr("kamalcli.probe.prototypes.DEFAULT_ENCODER", str(assets["encoder"]) + "-missing")
+    monkeypatch.undo()
+    uninstalled_base("minilm-l6")
     out = two_teachers("probe", "--mc-samples", "1", "--rmd-fit", "train", "--data", "test").output
     assert "No prototype score in the selection table" in out
     selection = {s["score"]: s for s in two_teachers.json("report")["selection"] if s["data"] == "test"}

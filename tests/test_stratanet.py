@@ -143,7 +143,7 @@ def lm(tmp_path_factory):
     return tiny.make_causal_lm(tmp_path_factory.mktemp("lm") / "lm", seed=7)
 
 
-def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm, monkeypatch):
+def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm, uninstalled_base):
     kamal("add-teacher", trained["news"], "--name", "news")
     kamal("add-teacher", trained["money"], "--name", "money")
     kamal("synthesize", "--lm", lm, "--name", "synth", "--per-class", 10, "--max-new-tokens", 8, "--top-m", 6,
@@ -173,7 +173,7 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     assert muki["train"]["objective"]["auto"]["score"] == "rmd+prototype"
     assert next(r for r in kamal.json("runs") if r["name"] == "muki")["params"]["rmd_fit"] == "synth"  # for --resume
     # without the default encoder installed, score=auto says so and selects by RMD alone
-    monkeypatch.setattr("kamalcli.probe.prototypes.DEFAULT_ENCODER", str(assets["encoder"]) + "-not-installed")
+    uninstalled_base("minilm-l6")
     out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-rmd", *args).output
     assert "no prototype score" in out and "selected by RMD alone" in out
     assert next(s for s in kamal.json("students") if s["name"] == "muki-rmd")["train"]["objective"]["score"] == "rmd"

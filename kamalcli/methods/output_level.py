@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from kamalcli.methods.base import Objective, Options, TeacherOutputs, require
+from kamalcli.probe.prototypes import DEFAULT_ENCODER
 
 Score = Literal["auto", "mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rmd+prototype"]
 PROTOTYPE_SCORES = ("prototype", "rmd+prototype")  # need labelled text for every label (kamalcli/probe/prototypes.py)
@@ -53,7 +54,7 @@ class MukiHardOptions(Options):
     score: Score = "auto"         # which confidence picks the teacher; auto: chosen per workspace without labels
     calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
     temperature: float = 1.0      # softens the teachers' distributions and the student's alike
-    encoder: str = ""             # the shared sentence encoder of the prototype score; "": all-MiniLM-L6-v2
+    encoder: str = DEFAULT_ENCODER  # the prototype score's shared sentence encoder (all-MiniLM-L6-v2)
 
     def check(self) -> None:
         require(self.temperature > 0, "temperature must be above 0")
