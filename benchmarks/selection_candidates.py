@@ -2,6 +2,7 @@
 
 python benchmarks/selection_candidates.py WORKSPACE [--transfer NAME] [--transfer-gold NAME] [--eval NAME]
                                           [--student NAME ...] [--generated NAME ...] [--max-length N]
+                                          [--compare SCORE_A SCORE_B]
 
 For each score: how often the most confident teacher owns the gold label on the eval rows, its AUROC,
 the same share on the transfer rows, and how often the chosen teacher's label is the gold one there (the hard
@@ -176,6 +177,25 @@ def _prototype_candidates(store, workspace, teachers, sets: dict, generated, max
     return out, fused
 
 
+def _print_moves(transfer_scores: dict, compared: list[str], teachers, gold: list[str]) -> None:
+    """For each pair of teachers: the transfer rows SCORE_A gives to one and SCORE_B to the other, by gold label."""
+    from collections import Counter
+
+    missing = [name for name in compared if name not in transfer_scores]
+    if missing:
+        raise SystemExit(f"--compare: no score named {missing[0]!r} (the table's first column names them)")
+    first, second = (np.asarray(transfer_scores[name]).argmax(axis=1) for name in compared)
+    gold = np.array(gold, dtype=object)
+    print(f"Transfer rows moved from {compared[0]!r} to {compared[1]!r} (gold labels; * = owned by the new teacher):")
+    for i, source in enumerate(teachers):
+        for j, target in enumerate(teachers):
+            moved = (first == i) & (second == j)
+            if i != j and moved.any():
+                counts = Counter(gold[moved]).most_common()
+                listed = ", ".join(f"{label}{'*' if label in target.labels else ''} {n}" for label, n in counts)
+                print(f"- {source.name} -> {target.name}: {int(moved.sum())} rows ({listed})")
+
+
 def _means_generated_covariance_transfer(features, local, keep, transfer, transfer_pred):
     """Class means from the generated rows; the shared covariance from the transfer rows, pooled within the
     class the teacher predicts (thousands of real rows instead of tens of generated ones); background: transfer."""
@@ -216,6 +236,8 @@ def main() -> None:
     parser.add_argument("--eval", default="test")
     parser.add_argument("--student", action="append", default=[], help="a trained student of these teachers")
     parser.add_argument("--generated", action="append", default=[], help="a dataset kamal synthesize wrote")
+    parser.add_argument("--compare", nargs=2, metavar=("SCORE_A", "SCORE_B"),
+                        help="two scores of the table: the transfer rows they give to different teachers, by gold label")
     parser.add_argument("--max-length", type=int, default=64, help="tokens the shared encoder reads per row "
                         "(the benchmarks' probes use 64)")
     args = parser.parse_args()
@@ -355,6 +377,8 @@ def main() -> None:
     for name in args.student:
         for k in sets:
             scores[k][f"student {name}'s block probability"] = _blocks(store, name, sets[k], teachers)
+    if args.compare:
+        _print_moves(scores["transfer"], args.compare, teachers, gold["transfer"])
     # each teacher's label for each transfer row: is the hard target of the chosen teacher the gold label?
     said = np.stack([np.array(t.labels, dtype=object)[a.probs().argmax(axis=1)]
                      for t, a in zip(teachers, arrays["transfer"])], axis=1)
