@@ -42,15 +42,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kamalcli.amalgamate import percentile  # noqa: E402
 from kamalcli.data import load_dataset_rows  # noqa: E402
 from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
 from kamalcli.probe.auto_score import energy  # noqa: E402
 from kamalcli.probe.calibration import normalised_uncertainty  # noqa: E402
 from kamalcli.probe.rmd import fit_rmd  # noqa: E402
 from kamalcli.labels import label_indices  # noqa: E402
+from kamalcli.probe.prototypes import fused as prototype_fusion  # noqa: E402
 from kamalcli.probe.runner import on_steered_class, pseudo_in_distribution  # noqa: E402
-from kamalcli.probe.selection import selection_quality  # noqa: E402
+from kamalcli.probe.selection import percentile, selection_quality  # noqa: E402
 from kamalcli.store import Store  # noqa: E402
 from kamalcli.workspace import find_workspace  # noqa: E402
 
@@ -140,18 +140,19 @@ def adapted_prototypes(vectors: np.ndarray, prototypes: np.ndarray, temperature:
                        iterations: int = 20) -> np.ndarray:
     """Soft k-means on unit vectors, started at the generated prototypes: each step, every prototype becomes
     the unit mean of the rows weighted by their softmax(cos / T) responsibility for it."""
+    from kamalcli.probe.prototypes import teacher_shares
+
+    each_its_own = np.eye(len(prototypes), dtype=bool)  # the shares of one-label "teachers": the softmax itself
     for _ in range(iterations):
-        logits = vectors @ prototypes.T / temperature
-        weights = np.exp(logits - logits.max(axis=1, keepdims=True))
-        weights /= weights.sum(axis=1, keepdims=True)
+        weights = teacher_shares(vectors, prototypes, each_its_own, temperature)
         prototypes = weights.T @ vectors
         prototypes /= np.linalg.norm(prototypes, axis=1, keepdims=True) + 1e-12
     return prototypes
 
 
-def _prototype_candidates(store, workspace, teachers, sets: dict, generated, max_length: int) -> dict:
+def _prototype_candidates(workspace, teachers, sets: dict, generated, max_length: int) -> dict:
     """score -> set -> (rows, teachers): the prototype score's variants, in the default shared encoder."""
-    from kamalcli.probe.prototypes import DEFAULT_ENCODER, TEMPERATURE, class_prototypes, fused, teacher_shares
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER, TEMPERATURE, class_prototypes, label_owners, teacher_shares
     from kamalcli.representation import sentence_vectors
 
     def vectors(dataset):
@@ -159,12 +160,12 @@ def _prototype_candidates(store, workspace, teachers, sets: dict, generated, max
                                            dataset.content_hash, max_length, "cpu", say=lambda _: None),
                           dtype=np.float64)
 
-    names = list(dict.fromkeys(label for t in teachers for label in t.labels))
+    names, owns = label_owners(teachers)
     written_for = load_dataset_rows(generated)[1]
-    owns = np.array([[name in t.labels for t in teachers] for name in names])
-    prototypes = class_prototypes(vectors(generated), written_for, names)
+    gen_vectors = vectors(generated)
+    gen_owner = np.array([[label in t.labels for t in teachers] for label in written_for])
+    prototypes = class_prototypes(gen_vectors, written_for, names)
     found = {k: vectors(d) for k, d in sets.items()}
-    gen_vectors, gen_owner = vectors(generated), np.array([[label in t.labels for t in teachers] for label in written_for])
     out = {}
     for temperature in (0.01, 0.02, TEMPERATURE, 0.1):
         shown = "kamal's" if temperature == TEMPERATURE else f"T={temperature}"
@@ -174,7 +175,7 @@ def _prototype_candidates(store, workspace, teachers, sets: dict, generated, max
             k: teacher_shares(v, moved, owns, temperature) for k, v in found.items()}
     out["vote of the 15 nearest generated rows (shared encoder)"] = {
         k: gen_owner[np.argsort(-(v @ gen_vectors.T), axis=1)[:, :15]].mean(axis=1) for k, v in found.items()}
-    return out, fused
+    return out
 
 
 def _print_moves(transfer_scores: dict, compared: list[str], teachers, gold: list[str]) -> None:
@@ -325,12 +326,10 @@ def main() -> None:
         for k in sets:
             scores[k][f"log-likelihood ratio fitted on {name}, + log EM prior"] = (
                 scores[k][f"log-likelihood ratio fitted on {name} (rows on their class)"] + np.log(priors))
-        prototype, fuse = _prototype_candidates(store, workspace, teachers, sets, generated,
-                                                args.max_length)
-        for score, by_set in prototype.items():
+        for score, by_set in _prototype_candidates(workspace, teachers, sets, generated, args.max_length).items():
             for k in sets:
                 scores[k][score] = by_set[k]
-                scores[k][f"{score} + rmd fitted on {name} (kamal's fusion)"] = fuse(
+                scores[k][f"{score} + rmd fitted on {name} (kamal's fusion)"] = prototype_fusion(
                     scores[k][f"rmd fitted on {name}, rows on their class"], by_set[k])
         fused = f"rmd fitted on {name}, rows on their class"
         for other in ("entropy", "mc-dropout"):  # as kamal would compute it: pooled percentiles, per dataset

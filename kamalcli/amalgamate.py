@@ -14,6 +14,7 @@ import numpy as np
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace, label_indices
 from kamalcli.probe.runner import ProbeRequest, generated_fit_line
+from kamalcli.probe.selection import percentile
 from kamalcli.synthesis import is_generated
 
 
@@ -59,18 +60,6 @@ def teacher_outputs(store, teachers, probes) -> "TeacherOutputs":  # noqa: F821
     fits = [store.rmd_fit_of(p.id) for p in probes]
     return TeacherOutputs(space, tuple(t.name for t in teachers), logits, confidence,
                           tuple(f.source if f is not None else None for f in fits))
-
-
-def percentile(scores: np.ndarray) -> np.ndarray:
-    """Unbounded scores (RMD distances) -> their rank among all (row, teacher) entries, in (0, 1].
-
-    One monotone map for every teacher, so which teacher is most confident does
-    not change; but margins and softmax(c / tau) become as well scaled as for
-    MC-dropout confidences, and a few far-out rows cannot dominate re-weighting.
-    """
-    from kamalcli.probe.selection import rankdata
-
-    return (rankdata(scores.ravel()) / scores.size).reshape(scores.shape)
 
 
 def teachers_task(teachers) -> str:
@@ -469,7 +458,7 @@ def _wants_prototypes(options, request, outputs) -> bool:
 def _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs, train_config, say):
     """outputs with the prototype score and its fusion with RMD (kamalcli/probe/prototypes.py). score=auto
     with the default encoder goes on with RMD alone, saying so, when that encoder is not installed."""
-    from kamalcli.probe.prototypes import DEFAULT_ENCODER, fused, prototype_scores
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER, confidence_columns, prototype_scores
 
     encoder = options.encoder
     try:
@@ -480,9 +469,7 @@ def _with_prototype_score(workspace, store, request, options, teachers, dataset,
             raise
         say(f"score=auto: no prototype score ({error}); teachers are selected by RMD alone.")
         return outputs
-    confidence = {**outputs.confidence, "prototype": percentile(scores)}
-    if "rmd" in confidence:
-        confidence["rmd+prototype"] = fused(confidence["rmd"], scores)
+    confidence = {**outputs.confidence, **confidence_columns(scores, outputs.confidence.get("rmd"))}
     say(f"Prototype score: {encoder}'s sentence vectors of {request.rmd_fit}'s rows, one prototype per label.")
     return replace(outputs, confidence=confidence)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kamalcli.errors import KamalError
+from kamalcli.probe.selection import percentile
 
 DEFAULT_ENCODER = "minilm-l6"
 TEMPERATURE = 0.05
@@ -48,9 +49,21 @@ def teacher_shares(vectors: np.ndarray, prototypes: np.ndarray, owns: np.ndarray
 
 def fused(rmd: np.ndarray, prototype: np.ndarray) -> np.ndarray:
     """The mean of the two scores' pooled percentiles (each one map for all teachers), in (0, 1]."""
-    from kamalcli.amalgamate import percentile
-
     return (percentile(rmd) + percentile(prototype)) / 2
+
+
+def confidence_columns(scores: np.ndarray, rmd: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The selection scores the prototype score adds: `prototype`, and `rmd+prototype` when RMD exists."""
+    columns = {"prototype": percentile(scores)}
+    if rmd is not None:
+        columns["rmd+prototype"] = fused(rmd, scores)
+    return columns
+
+
+def label_owners(teachers) -> tuple[list[str], np.ndarray]:
+    """The union's label names in teacher order, and (labels, teachers) booleans: which teacher knows which."""
+    names = list(dict.fromkeys(label for t in teachers for label in t.labels))
+    return names, np.array([[name in t.labels for t in teachers] for name in names])
 
 
 def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
@@ -59,7 +72,7 @@ def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str,
     from kamalcli.data import load_dataset_rows
     from kamalcli.representation import sentence_vectors
 
-    names = list(dict.fromkeys(label for t in teachers for label in t.labels))
+    names, owns = label_owners(teachers)
     fit_texts, fit_labels = load_dataset_rows(fit_dataset)
     if fit_labels is None:
         raise KamalError(f"{fit_dataset.name} has no labels: the prototype score needs labelled rows")
@@ -67,7 +80,6 @@ def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str,
     fit_vectors = sentence_vectors(workspace, encoder, fit_texts, fit_dataset.content_hash, max_length, device, say)
     prototypes = class_prototypes(fit_vectors, fit_labels, names)
     vectors = sentence_vectors(workspace, encoder, texts, dataset.content_hash, max_length, device, say)
-    owns = np.array([[name in t.labels for t in teachers] for name in names])
     return teacher_shares(vectors, prototypes, owns)
 
 

@@ -350,7 +350,6 @@ class Runner:
     def _label_free_candidates(self, teachers, probes: dict, rows: dict, dataset) -> dict[str, dict]:
         """energy, RMD compared per teacher (its percentile among its own rows), the prototype score and its
         fusion with RMD (when every RMD was fitted on one labelled dataset), and what score=auto picks here."""
-        from kamalcli.amalgamate import percentile
         from kamalcli.methods.output_level import per_teacher_rank
         from kamalcli.probe.auto_score import choose_score, energy
         from kamalcli.probe.figures import SCORES
@@ -365,12 +364,11 @@ class Runner:
             out["rmd, per-teacher rank"] = {t.id: ranked[:, i] for i, t in enumerate(teachers)}
             prototype = self._prototype_scores(teachers, dataset, fits, probes)
             if prototype is not None:
-                from kamalcli.probe.prototypes import fused
+                from kamalcli.probe.prototypes import confidence_columns
 
-                confidence["prototype"] = percentile(prototype)
-                confidence["rmd+prototype"] = fused(confidence["rmd"], prototype)
-                for name in ("prototype", "rmd+prototype"):
-                    out[name] = {t.id: confidence[name][:, i] for i, t in enumerate(teachers)}
+                columns = confidence_columns(prototype, confidence["rmd"])
+                confidence.update(columns)
+                out.update({name: {t.id: c[:, i] for i, t in enumerate(teachers)} for name, c in columns.items()})
         choice = choose_score(confidence, tuple(f.source if f is not None else None for f in fits),
                               tuple(len(t.labels) for t in teachers))
         out[f"auto: {choice.score}"] = {t.id: confidence[choice.score][:, i] for i, t in enumerate(teachers)}

@@ -24,6 +24,16 @@ def rankdata(values: np.ndarray) -> np.ndarray:
     return sums[inverse] / counts[inverse]
 
 
+def percentile(scores: np.ndarray) -> np.ndarray:
+    """Unbounded scores (RMD distances) -> their rank among all (row, teacher) entries, in (0, 1].
+
+    One monotone map for every teacher, so which teacher is most confident does
+    not change; but margins and softmax(c / tau) become as well scaled as for
+    MC-dropout confidences, and a few far-out rows cannot dominate re-weighting.
+    """
+    return (rankdata(scores.ravel()) / scores.size).reshape(scores.shape)
+
+
 def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:
     scores = np.asarray(scores, dtype=np.float64).ravel()
     positive = np.asarray(positive, dtype=bool).ravel()
