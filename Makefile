@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench-quick clean
+.PHONY: install demo test test-all bench-quick clean
 
 install: $(STAMP)
 
@@ -21,11 +21,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kamal demo
 
+# The logic tier: tiny models built once per run, no real pretrained base; the tests spread over the cores.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow" -n auto
 
-test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+# Everything: adds the real-model tier and the multi-process runs. CI runs this.
+test-all: $(STAMP)
+	$(BIN)/python -m pytest
 
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/run.py all --quick

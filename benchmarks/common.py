@@ -1,6 +1,6 @@
 """What every benchmark scenario shares: data, profiles, workspaces driven through the CLI, results.
 
-Protocol (also stated in the README next to the tables):
+Protocol (also stated in docs/benchmarks.md next to the tables):
 - each teacher is fine-tuned on the train rows of its own labels (`kamal train-teacher`);
 - the student's transfer set is all train texts with labels removed;
 - model selection is label-free, on a held-out slice of the transfer set;
@@ -144,7 +144,7 @@ class Bench:
 
     def _configure(self, root: Path) -> None:
         """The profile's probe settings become the workspace's, so every command reuses one probe cache."""
-        from kamalcli.workspace import set_config_values
+        from kamalcli.workspace.config import set_config_values
 
         p = self.profile
         set_config_values(root / "kamal.toml", {

@@ -42,7 +42,7 @@ WORDS = ("market shares profit merger bank revenue goal match league coach tenni
 
 
 def random_encoded(rows: int, length: int, seed: int = 0):
-    from kamalcli.batching import Encoded
+    from kamalcli.models.batching import Encoded
 
     rng = np.random.default_rng(seed)
     return Encoded([rng.integers(1000, 30000, size=length) for _ in range(rows)], 0, True)
@@ -122,7 +122,7 @@ def onnx_rows(device: str, runs: int, length: int) -> tuple[list[list[str]], lis
     from kamalcli.errors import KamalError
     from kamalcli.export.onnx import export_onnx
     from kamalcli.export.runtime import create_session, import_ort
-    from kamalcli.modeling import load_classifier
+    from kamalcli.models.loading import load_classifier
 
     ort = import_ort()
     notes = [f"onnxruntime {ort.__version__}; available providers: {', '.join(ort.get_available_providers())}"]

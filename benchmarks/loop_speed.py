@@ -39,7 +39,7 @@ class RandomSources:
         self.teachers, self.encoded, self.rows, self.device, self.folder = teachers, encoded, rows, device, folder
 
     def shapes(self):
-        from kamalcli.features import TeacherShape
+        from kamalcli.methods.features import TeacherShape
 
         return tuple(TeacherShape(f"t{i}", 6, 384) for i in range(len(self.teachers)))
 
@@ -47,7 +47,7 @@ class RandomSources:
         return []
 
     def cached(self, layers):
-        from kamalcli.features import feature_key
+        from kamalcli.methods.features import feature_key
 
         out = {}
         for i, wanted in layers.items():
@@ -60,7 +60,7 @@ class RandomSources:
         return out
 
     def in_loop(self, layers, models=None):
-        from kamalcli.features import InLoopTeachers
+        from kamalcli.methods.features import InLoopTeachers
 
         per_teacher = [tuple(layers.get(i, ())) for i in range(len(self.teachers))]
         return InLoopTeachers(self.teachers, [self.encoded] * len(self.teachers), per_teacher, self.device)
@@ -77,7 +77,7 @@ def main() -> None:
 
     import torch
 
-    from kamalcli.batching import Encoded
+    from kamalcli.models.batching import Encoded
     from kamalcli.labels import LabelSpace
     from kamalcli.methods import get_method
     from kamalcli.methods.base import FeatureContext, TeacherOutputs

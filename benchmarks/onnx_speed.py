@@ -143,7 +143,7 @@ def main() -> None:
 
     from kamalcli.export.onnx import export_onnx
     from kamalcli.export.runtime import create_session
-    from kamalcli.modeling import count_parameters, load_classifier, load_tokenizer
+    from kamalcli.models.loading import count_parameters, load_classifier, load_tokenizer
 
     work = Path(tempfile.mkdtemp(prefix="kamal-onnx-bench-"))
     if args.student:

@@ -38,8 +38,8 @@ def _model(vocab_size: int, seed: int = 0):
 def _seconds_per_step(vocab_size: int, variant: str, steps: int, batch: int, length: int, device: str) -> float:
     import torch
 
-    from kamalcli.batching import Encoded
-    from kamalcli.teacher_training import supervised_objective
+    from kamalcli.models.batching import Encoded
+    from kamalcli.teachers.train import supervised_objective
     from kamalcli.train.loop import TrainConfig, train
 
     rng = np.random.default_rng(0)

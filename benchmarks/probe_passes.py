@@ -40,8 +40,8 @@ def kamal_json(workspace: Path, *args: str):
 def record(folder: str, texts: list[str], k: int, max_length: int, cache: Path) -> np.ndarray:
     if cache.exists():
         return np.load(cache)
-    from kamalcli.batching import encode, inference_batches
-    from kamalcli.modeling import enable_mc_dropout, load_classifier, load_tokenizer
+    from kamalcli.models.batching import encode, inference_batches
+    from kamalcli.models.loading import enable_mc_dropout, load_classifier, load_tokenizer
 
     model = load_classifier(folder).eval()
     encoded = encode(load_tokenizer(folder), texts, max_length, config=model.config)

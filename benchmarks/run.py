@@ -5,8 +5,8 @@ compression, feature-speed, rl-kd-compression, rl-kd-amalgamation, rl-kd-four, s
 (the probe's part of speed alone), demo-time (the demo with the exact and the default probe; speed includes it),
 synthesis-speed, data-free, data-free-three, cross-lingual, ner-table (People's Daily NER, MUKI's Table 6;
 --smoke checks its plumbing), all.
-Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `readme` copies the
-latest tables into README.md. Workspaces (teachers, probe caches, students) are
+Results go to benchmarks/results/SCENARIO-PROFILE.{json,md}; `docs` (old name: `readme`) copies
+the latest tables into docs/benchmarks.md. Workspaces (teachers, probe caches, students) are
 kept in benchmarks/work/ so a rerun or another scenario reuses them.
 """
 
@@ -31,10 +31,13 @@ ALL = {**SCENARIOS, **SYNTHESIS, **CROSS_LINGUAL, **NER, "speed": speed, "probe-
        "demo-time": demo_time}
 
 
-def update_readme() -> None:
-    """Replace each <!-- bench:NAME --> ... <!-- /bench:NAME --> block with the newest result."""
-    readme = REPO / "README.md"
-    text = readme.read_text()
+BENCHMARKS_DOC = REPO / "docs" / "benchmarks.md"
+
+
+def update_docs() -> None:
+    """Replace each <!-- bench:NAME --> ... <!-- /bench:NAME --> block of docs/benchmarks.md with the newest result."""
+    doc = BENCHMARKS_DOC
+    text = doc.read_text()
     for match in re.finditer(r"<!-- bench:([\w-]+) -->", text):
         name = match.group(1)
         for profile in ("full", "quick"):
@@ -44,12 +47,12 @@ def update_readme() -> None:
                 text = re.sub(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)",
                               lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text, flags=re.DOTALL)
                 break
-    readme.write_text(text)
+    doc.write_text(text)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=[*ALL, "all", "readme"])
+    parser.add_argument("scenario", choices=[*ALL, "all", "docs", "readme"])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_const", dest="profile", const="quick", help="about 15 minutes a scenario (default)")
     mode.add_argument("--full", action="store_const", dest="profile", const="full", help="every row: hours on a CPU")
@@ -60,8 +63,8 @@ def main() -> None:
                         "words, separated by ';' (e.g. 'two teachers;heterogeneous'); the others keep their last figures")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="a folder with topics10/{train,test}.jsonl")
     args = parser.parse_args()
-    if args.scenario == "readme":
-        update_readme()
+    if args.scenario in ("docs", "readme"):
+        update_docs()
         return
     seeds = [int(s) for s in args.seeds.split(",")]
     settings = args.settings.split(";") if args.settings else None
@@ -73,7 +76,7 @@ def main() -> None:
         # ner-table keeps its own settings per profile (benchmarks/ner.py); --smoke has no topics profile
         ALL[name](Bench(name, PROFILES.get(profile) or replace(PROFILES["quick"], name=profile), args.data_dir, seeds,
                          settings=settings))
-    update_readme()
+    update_docs()
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kamalcli.data import load_dataset_rows  # noqa: E402
+from kamalcli.data.text import load_dataset_rows  # noqa: E402
 from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
 from kamalcli.probe.auto_score import energy  # noqa: E402
 from kamalcli.probe.calibration import normalised_uncertainty  # noqa: E402
@@ -50,9 +50,10 @@ from kamalcli.probe.rmd import fit_rmd  # noqa: E402
 from kamalcli.labels import label_indices  # noqa: E402
 from kamalcli.probe.prototypes import fused as prototype_fusion  # noqa: E402
 from kamalcli.probe.runner import on_steered_class, pseudo_in_distribution  # noqa: E402
-from kamalcli.probe.selection import percentile, selection_quality  # noqa: E402
-from kamalcli.store import Store  # noqa: E402
-from kamalcli.workspace import find_workspace  # noqa: E402
+from kamalcli.probe.selection import selection_quality  # noqa: E402
+from kamalcli.probs import percentile  # noqa: E402
+from kamalcli.workspace.store import Store  # noqa: E402
+from kamalcli.workspace.folder import find_workspace  # noqa: E402
 
 
 def _probe(store, teacher, dataset, mc: bool = True) -> ProbeArrays:
@@ -84,7 +85,7 @@ def kmeans(x: np.ndarray, k: int, iterations: int = 30, seed: int = 0) -> np.nda
 
 def _blocks(store, student_name: str, dataset, teachers) -> np.ndarray:
     """(rows, teachers): the student's probability mass on each teacher's labels."""
-    from kamalcli.prediction import predict_texts
+    from kamalcli.students.predict import predict_texts
 
     names, probs = predict_texts(store.find_student(student_name), load_dataset_rows(dataset)[0], device="cpu")
     return np.stack([probs[:, [names.index(label) for label in t.labels]].sum(axis=1) for t in teachers], axis=1)
@@ -153,7 +154,7 @@ def adapted_prototypes(vectors: np.ndarray, prototypes: np.ndarray, temperature:
 def _prototype_candidates(workspace, teachers, sets: dict, generated, max_length: int) -> dict:
     """score -> set -> (rows, teachers): the prototype score's variants, in the default shared encoder."""
     from kamalcli.probe.prototypes import DEFAULT_ENCODER, TEMPERATURE, class_prototypes, label_owners, teacher_shares
-    from kamalcli.representation import sentence_vectors
+    from kamalcli.probe.encoder import sentence_vectors
 
     def vectors(dataset):
         return np.asarray(sentence_vectors(workspace, DEFAULT_ENCODER, load_dataset_rows(dataset)[0],

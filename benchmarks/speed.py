@@ -54,8 +54,8 @@ def _mc_floor(folder: str, texts: list[str], max_length: int) -> dict:
     """Median time of one forward pass over 32 rows: eval mode, dropout with torch's masks, the probe's dropout pass."""
     import torch
 
-    from kamalcli.batching import encode
-    from kamalcli.modeling import disable_mc_dropout, enable_mc_dropout, load_classifier, load_tokenizer
+    from kamalcli.models.batching import encode
+    from kamalcli.models.loading import disable_mc_dropout, enable_mc_dropout, load_classifier, load_tokenizer
     from kamalcli.probe.dropout_masks import dropout_passes
 
     model = load_classifier(folder)
@@ -253,7 +253,7 @@ def _side_by_side_workspace(bench: Bench, source: Workspace, probe_seed: int = 0
     if (root / ".kamal").is_dir():
         return ws
     from kamalcli.cli import cli
-    from kamalcli.workspace import set_config_values
+    from kamalcli.workspace.config import set_config_values
 
     cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
     bench._configure(root)

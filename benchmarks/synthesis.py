@@ -31,7 +31,7 @@ CONFIGS = [
 
 def _judge(bench: Bench):
     """The supervised classifier over all ten topics (the benchmarks' upper bound), as a judge."""
-    from kamalcli.modeling import load_classifier, load_tokenizer
+    from kamalcli.models.loading import load_classifier, load_tokenizer
 
     metrics = bench.supervised(1)
     ws = bench.workspace("supervised")
@@ -54,9 +54,9 @@ def synthesis_speed(bench: Bench, classes_per_teacher: int = 5, batch: int = 8) 
 
     import numpy as np
 
-    from kamalcli.assets import resolve_lm_source
-    from kamalcli.steering import SteeringConfig, generate
-    from kamalcli.synthesis import load_models
+    from kamalcli.models.bases import resolve_lm_source
+    from kamalcli.synth.steering import SteeringConfig, generate
+    from kamalcli.synth.synthesize import load_models
 
     ws = two_teacher_workspace(bench)
     teachers = [SimpleNamespace(**t) for t in ws.json("teachers") if t["name"] in ("half-a", "half-b")]

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import Protocol
 
-from kamalcli.errors import KamalError, KamalFailure, first_line
+from kamalcli.errors import KamalError, KamalFailure, StopRequested, first_line
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -183,8 +183,6 @@ def check_nproc(nproc: int | None) -> None:
 
 def serve(world: World) -> None:
     """A non-zero rank: run the jobs rank 0 sends until it sends None."""
-    from kamalcli.train.loop import StopRequested
-
     while True:
         job = world.broadcast(None)
         if job is None:

@@ -17,3 +17,7 @@ def first_line(error: BaseException, limit: int | None = 200) -> str:
     """The first line of an error's message (cut at limit), or its type's name when it has none."""
     lines = str(error).strip().splitlines()
     return lines[0][:limit] if lines else type(error).__name__
+
+
+class StopRequested(KeyboardInterrupt):
+    """Ctrl-C arrived; the training loop saved a checkpoint at a step boundary."""

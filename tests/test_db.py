@@ -2,7 +2,7 @@
 
 import sqlite3
 
-from kamalcli.db import _migrations, open_database
+from kamalcli.workspace.db import _migrations, open_database
 
 
 def test_migrations_apply_once_and_again_change_nothing(tmp_path):

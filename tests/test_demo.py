@@ -1,5 +1,7 @@
 """kamal demo runs the whole pipeline (here on a tiny base, so it takes seconds)."""
 
+import pytest
+
 from conftest import Kamal
 
 
@@ -19,6 +21,7 @@ def test_demo_end_to_end_on_a_tiny_base(assets, tmp_path):
     assert "exists and is not empty" in again.stderr
 
 
+@pytest.mark.slow  # the whole demo again, with the other probe
 def test_demo_with_the_exact_probe(assets, tmp_path):
     target = tmp_path / "demo"
     result = Kamal(None)("demo", "--dir", target, "--base", assets["encoder"], "--mc-exact")

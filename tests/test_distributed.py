@@ -58,6 +58,7 @@ def twin(tmp_path, assets):
     return out
 
 
+@pytest.mark.slow
 def test_probe_on_two_processes_is_bit_for_bit_the_one_process_probe(twin):
     one, two = twin
     settings = ["--mc-samples", "1", "--batch-size", "4", "--max-length", "32"]
@@ -109,6 +110,7 @@ def still_encoder(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_amalgamate_on_two_processes_matches_one(two_teachers, still_encoder):
     args = ["--method", "muki-hard", "--student", still_encoder, *TRAIN, "--mc-samples", "1"]
     result = kamal_run(two_teachers.workspace, "amalgamate", *args, "--name", "double", "--nproc", "2")
@@ -244,8 +246,9 @@ def test_a_lost_rank_marks_the_run_interrupted_and_it_resumes_on_two(two_teacher
     assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "lost"] == ["interrupted", "done"]
 
 
+@pytest.mark.slow
 def test_a_busy_workspace_stops_every_rank_with_one_line(two_teachers):
-    from kamalcli.workspace import Workspace
+    from kamalcli.workspace.folder import Workspace
 
     with Workspace(two_teachers.workspace).write_lock():  # another kamal command is writing
         result = kamal_run(two_teachers.workspace, "probe", "--nproc", "2", code=2)
@@ -254,6 +257,7 @@ def test_a_busy_workspace_stops_every_rank_with_one_line(two_teachers):
         "wait for it to finish"]
 
 
+@pytest.mark.slow
 def test_a_method_that_runs_on_one_process_refuses_several_with_one_line(two_teachers):
     before = two_teachers.db_snapshot()
     result = kamal_run(two_teachers.workspace, "amalgamate", "--method", "rl-kd", *TRAIN, "--nproc", "2", code=2)
@@ -263,6 +267,7 @@ def test_a_method_that_runs_on_one_process_refuses_several_with_one_line(two_tea
     assert two_teachers.db_snapshot() == before
 
 
+@pytest.mark.slow
 def test_early_stopping_on_two_processes_stops_every_rank_where_one_process_stops(two_teachers, still_encoder):
     toml = two_teachers.workspace / "kamal.toml"
     text = re.sub(r"(?m)^#?\s*eval_every = \d+", "eval_every = 2", toml.read_text())

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kamalcli.batching import encode
-from kamalcli.modeling import load_classifier, load_tokenizer
+from kamalcli.models.batching import encode
+from kamalcli.models.loading import load_classifier, load_tokenizer
 from kamalcli.probe import dropout_masks
 from kamalcli.probe.dropout_masks import WordDropout, dropout_passes, keep_mask
 

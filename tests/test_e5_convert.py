@@ -11,8 +11,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from kamalcli import e5_convert  # noqa: E402
-from kamalcli.e5_convert import PackedE5, build_tokenizer, dequantise_q4_0, normaliser_exceptions  # noqa: E402
+from kamalcli.models.convert import e5_small as e5_convert  # noqa: E402
+from kamalcli.models.convert.e5_small import PackedE5, build_tokenizer, dequantise_q4_0, normaliser_exceptions  # noqa: E402
 
 
 def test_q4_0_blocks_dequantise_to_scale_times_nibble_minus_eight():

@@ -47,7 +47,7 @@ def exported_int8(student, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def torch_model(student):
-    from kamalcli.modeling import load_classifier, load_tokenizer
+    from kamalcli.models.loading import load_classifier, load_tokenizer
 
     return load_classifier(student, attn="eager"), load_tokenizer(student)
 

@@ -34,7 +34,7 @@ def test_extend_appends_labels_and_keeps_old_rows(kamal, assets, trained):
 
 
 def test_grown_head_starts_from_the_old_rows(assets, tmp_path):
-    from kamalcli.modeling import grow_classifier, load_classifier
+    from kamalcli.models.loading import grow_classifier, load_classifier
 
     import tiny
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from kamalcli.features import aligned_layer
+from kamalcli.methods.features import aligned_layer
 from kamalcli.labels import LabelSpace
 from kamalcli.methods.base import FeatureContext, TeacherOutputs
 from kamalcli.methods.losses import masked_mse, mmd_rbf
@@ -63,7 +63,7 @@ class FakeSources:
         return []
 
     def cached(self, layers):
-        from kamalcli.features import feature_key
+        from kamalcli.methods.features import feature_key
 
         return {feature_key(i, layer): self._features[(i, layer)] for i, ls in layers.items() for layer in ls}
 
@@ -83,7 +83,7 @@ def _set(linear, weight, bias=0.0):
 
 
 def test_dfa_loss_golden_value():
-    from kamalcli.features import TeacherShape
+    from kamalcli.methods.features import TeacherShape
     from kamalcli.methods import get_method
 
     shapes = (TeacherShape("a", 1, 1), TeacherShape("b", 1, 1))
@@ -102,7 +102,7 @@ def test_dfa_loss_golden_value():
 
 
 def test_mt_bert_golden_values():
-    from kamalcli.features import TeacherShape
+    from kamalcli.methods.features import TeacherShape
     from kamalcli.methods import get_method
 
     shapes = (TeacherShape("a", 1, 1), TeacherShape("b", 1, 1))
@@ -130,7 +130,7 @@ def test_mt_bert_golden_values():
 
 def test_mt_bert_labels_need_gold_and_one_label_set():
     from kamalcli.errors import KamalError
-    from kamalcli.features import TeacherShape
+    from kamalcli.methods.features import TeacherShape
     from kamalcli.methods import get_method
 
     shapes = (TeacherShape("a", 1, 1), TeacherShape("b", 1, 1))
@@ -313,7 +313,7 @@ def test_an_auxiliary_gets_its_own_lr_and_a_hook_after_every_step(tmp_path):
     """The loop's contract with an Auxiliary, on a model small enough to follow by hand."""
     from types import SimpleNamespace
 
-    from kamalcli.batching import Encoded
+    from kamalcli.models.batching import Encoded
     from kamalcli.train.auxiliary import Auxiliary
     from kamalcli.train.loop import TrainConfig, make_optimizer, train
     from kamalcli.train.objective import Objective

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from kamalcli.batching import encode
+from kamalcli.models.batching import encode
 from kamalcli.errors import KamalError
-from kamalcli.modeling import dropout_sites, enable_mc_dropout, load_classifier, load_tokenizer
+from kamalcli.models.loading import dropout_sites, enable_mc_dropout, load_classifier, load_tokenizer
 from kamalcli.probe.arrays import ProbeArrays, ProbeSettings
 from kamalcli.probe.mc_dropout import check_dropout, run_teacher
 

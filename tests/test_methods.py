@@ -9,7 +9,8 @@ from kamalcli.labels import LabelSpace
 from kamalcli.methods import REGISTRY, get_method
 from kamalcli.methods.base import TeacherOutputs
 from kamalcli.methods.losses import kl_to_target
-from kamalcli.methods.output_level import margin, union_logits
+from kamalcli.methods.muki import margin
+from kamalcli.methods.vanilla_kd import union_logits
 
 
 def outputs(shared: bool = False) -> TeacherOutputs:
@@ -64,7 +65,7 @@ def test_muki_soft_weights_teachers_by_softmax_of_confidence_over_tau():
 
 
 def test_rank_calibration_compares_each_teacher_with_itself():
-    from kamalcli.methods.output_level import per_teacher_rank
+    from kamalcli.probe.selection import per_teacher_rank
 
     # teacher b is less sure of everything, yet row 1 is relatively its most confident
     c = np.array([[0.9, 0.3], [0.8, 0.5], [0.7, 0.1]])

@@ -137,7 +137,7 @@ def test_removing_a_teacher_or_dataset_removes_its_cached_probes(two_teachers, w
 
 
 def test_exact_and_adaptive_probes_are_cached_apart(two_teachers, ws):
-    from kamalcli.workspace import set_config_values
+    from kamalcli.workspace.config import set_config_values
 
     two_teachers("probe", "--mc-samples", "4", "--no-rmd", "--data", "test")
     assert _probe_count(ws)[0] == 2

@@ -45,7 +45,7 @@ def test_auto_takes_the_fusion_only_with_rmd_fitted_on_text_the_teachers_did_not
 
 
 def test_sentence_vectors_are_unit_means_over_the_real_tokens_only(tmp_path, assets):
-    from kamalcli.representation import _compute
+    from kamalcli.probe.encoder import _compute
 
     short, long = "world news today", "sports scores from the league final match tonight"
     together = _compute(assets["encoder"], [short, long], 32, "cpu", "mean")

@@ -14,9 +14,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 def test_minilm_l6_loads_offline_and_classifies_a_sentence():
     import torch
 
-    from kamalcli.assets import resolve_model_source
-    from kamalcli.batching import encode
-    from kamalcli.modeling import build_student, load_tokenizer
+    from kamalcli.models.bases import resolve_model_source
+    from kamalcli.models.batching import encode
+    from kamalcli.models.loading import build_student, load_tokenizer
 
     folder = resolve_model_source("minilm-l6")
     model = build_student(folder, ["games", "science"]).eval()
@@ -66,9 +66,9 @@ def test_the_demo_data_ships_with_the_package():
 @pytest.mark.slow
 def test_synthesize_with_smollm2_converted_from_its_gguf(kamal, trained):
     """smollm2-135m: the GGUF converted once into the cache, checked by fingerprint, then steered text."""
-    from kamalcli import lm_convert
-    from kamalcli.assets import resolve_lm_source
-    from kamalcli.convert import MARKER
+    from kamalcli.models.convert import smollm2 as lm_convert
+    from kamalcli.models.bases import resolve_lm_source
+    from kamalcli.models.convert.common import MARKER
 
     folder = resolve_lm_source("smollm2-135m")
     record = json.loads((folder / MARKER).read_text())
@@ -94,8 +94,8 @@ def test_prototypes_in_the_real_shared_encoder_tell_real_topics_apart(tmp_path):
     import numpy as np
 
     from kamalcli.probe.prototypes import class_prototypes, teacher_shares
-    from kamalcli.representation import _compute
-    from kamalcli.assets import resolve_model_source
+    from kamalcli.probe.encoder import _compute
+    from kamalcli.models.bases import resolve_model_source
 
     rows = [json.loads(line) for line in gzip.open(resources.files("kamalcli.resources").joinpath("demo/train.jsonl.gz"))]
     names = ["games", "graphics", "sound", "math", "mail", "science"]

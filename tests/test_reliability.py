@@ -79,7 +79,7 @@ def test_item01_a_failed_replacement_keeps_the_previous_export(student_ws, tmp_p
 
 
 def test_item02_init_force_waits_for_the_write_lock(ws, kamal, assets):
-    from kamalcli.workspace import Workspace
+    from kamalcli.workspace.folder import Workspace
 
     kamal("add-data", assets["pool"], "--name", "pool")
     with Workspace(ws).write_lock():  # as an amalgamate holds it
@@ -126,7 +126,7 @@ def test_item04_a_moved_workspace_keeps_working(tmp_path, assets, trained):
 
 
 def test_item04_migration_m005_makes_old_absolute_paths_relative(tmp_path):
-    from kamalcli.db import open_database
+    from kamalcli.workspace.db import open_database
 
     root = tmp_path / "ws"
     (root / ".kamal").mkdir(parents=True)
@@ -293,17 +293,17 @@ def test_item11_bad_input_is_one_line_and_exit_2(ws, kamal, tmp_path, monkeypatc
     latin1.write_bytes('{"text": "café"}\n'.encode("latin-1"))
     assert "not valid UTF-8" in one_line_error(kamal("add-data", latin1, code=2))
     assert "cannot write to /proc" in one_line_error(student_ws("export", "s", "--onnx", "--out", "/proc/x", code=2))
-    import kamalcli.workspace
+    import kamalcli.workspace.folder
 
-    monkeypatch.setattr(kamalcli.workspace.time, "strftime", lambda *a: "20260101-000000")  # the same second
+    monkeypatch.setattr(kamalcli.workspace.folder.time, "strftime", lambda *a: "20260101-000000")  # the same second
     Kamal(None)("init", ws, "--force")
     Kamal(None)("init", ws, "--force")
     assert len(list(ws.glob(".kamal.old-20260101-000000*"))) == 2
 
 
 def test_item12_leftovers_are_cleaned_when_the_next_writer_starts(ws, kamal, assets, tmp_path):
-    from kamalcli.store import Store
-    from kamalcli.workspace import Workspace
+    from kamalcli.workspace.store import Store
+    from kamalcli.workspace.folder import Workspace
 
     artifacts = ws / ".kamal" / "artifacts"
     kamal("add-teacher", assets["teacher_a"], "--name", "a", "--copy")
@@ -341,12 +341,12 @@ def test_item12_amalgamate_leaves_no_scratch_folder(two_teachers, assets):
 
 
 def test_item12_a_failed_copy_leaves_nothing(kamal, assets, monkeypatch):
-    import kamalcli.store
+    import kamalcli.workspace.store
 
     def fail(*args, **kwargs):
-        raise kamalcli.store.KamalError("the database refused")
+        raise kamalcli.workspace.store.KamalError("the database refused")
 
-    monkeypatch.setattr(kamalcli.store.Store, "add_teacher", fail)
+    monkeypatch.setattr(kamalcli.workspace.store.Store, "add_teacher", fail)
     kamal("add-teacher", assets["teacher_a"], "--name", "a", "--copy", code=2)
     teachers = kamal.workspace / ".kamal" / "artifacts" / "teachers"
     assert not any(teachers.iterdir()) and not any((teachers.parent / "tmp").iterdir())

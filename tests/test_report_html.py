@@ -106,7 +106,7 @@ def test_loss_history_is_recorded_per_step_and_survives_a_resume(two_teachers, a
 
 
 def test_loss_history_file_keeps_the_last_value_per_step(tmp_path):
-    from kamalcli.loss_history import LossHistory
+    from kamalcli.train.loss_history import LossHistory
 
     history = LossHistory(tmp_path / "run")
     for step, loss in ((1, 2.0), (2, 1.5), (3, 1.4), (2, 1.25), (3, 1.0)):  # a resume repeats steps 2 and 3
@@ -250,6 +250,7 @@ def screenshot(html: Path, png: Path, width: int = 1280, height: int = 4000) -> 
                         html.as_uri()], check=True, capture_output=True, timeout=120)
 
 
+@pytest.mark.slow  # a real browser: the full tier
 @pytest.mark.skipif(_chromium() is None, reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)")
 def test_chromium_draws_the_plots(full_workspace, tmp_path):
     html = tmp_path / "report.html"

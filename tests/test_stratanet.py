@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from kamalcli.features import feature_key
+from kamalcli.methods.features import feature_key
 from kamalcli.methods.feature_options import StrataNetOptions
 from kamalcli.methods.stratanet import StrataNetAuxiliary, block_layers, fit_rows, rmd_confidences, stratanet_loss
 from kamalcli.train.auxiliary import StudentView
@@ -53,7 +53,7 @@ def test_rmd_confidence_is_high_on_the_teachers_own_kind_of_rows():
 
 def _auxiliary(guard: bool, seed: int = 0):
     torch.manual_seed(seed)
-    from kamalcli.methods.feature_level import TeacherFeatures
+    from kamalcli.methods.features import TeacherFeatures
 
     options = StrataNetOptions(guard=guard, heads=2)
     return StrataNetAuxiliary([[(1,), (1,)]], 8, [6, 6], TeacherFeatures(True, {}, None), options)
@@ -118,11 +118,11 @@ def test_the_student_term_does_not_move_the_amal_target_with_the_guard():
 def test_rmd_is_fitted_on_generated_rows_the_teacher_puts_in_their_class(monkeypatch):
     from types import SimpleNamespace
 
-    import kamalcli.synthesis
+    import kamalcli.data.text
 
     # rows 0-5 steered by "a" (x, x, x, y, y, y); rows 6-7 by "b". "a" puts rows 2 and 5 elsewhere (p < 0.5).
     probs_a = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.3, 0.7], [0.2, 0.8], [0.8, 0.2], [0.5, 0.5], [0.5, 0.5]])
-    monkeypatch.setattr(kamalcli.synthesis, "steered_rows",
+    monkeypatch.setattr(kamalcli.data.text, "steered_rows",
                         lambda dataset: (["a"] * 6 + ["b"] * 2, ["x", "x", "x", "y", "y", "y", "z", "z"]))
     context = SimpleNamespace(
         seed=0,

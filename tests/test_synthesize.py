@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 import tiny
-from kamalcli.text_quality import distinct_2, near_duplicate_share
+from kamalcli.synth.quality import distinct_2, near_duplicate_share
 
 SMALL = ["--per-class", 4, "--max-new-tokens", 6, "--batch-size", 2, "--top-m", 5]
 
@@ -28,7 +28,7 @@ def news(kamal, trained):
 def _models(lm, trained):
     from types import SimpleNamespace
 
-    from kamalcli.synthesis import load_models
+    from kamalcli.synth.synthesize import load_models
 
     teacher = SimpleNamespace(name="news", path=trained["news"])
     return load_models(lm, [teacher], 32, "cpu")
@@ -58,7 +58,7 @@ def test_near_duplicate_share_golden():
 def test_nucleus_keeps_the_smallest_set_reaching_p():
     import torch
 
-    from kamalcli.steering import nucleus
+    from kamalcli.synth.steering import nucleus
 
     kept = nucleus(torch.tensor([[0.5, 0.3, 0.15, 0.05]]), 0.9)
     # 0.5 + 0.3 = 0.8 < 0.9, so 0.15 is needed too; 0.05 goes
@@ -73,7 +73,7 @@ def test_kv_cache_steps_match_a_full_forward(lm, trained):
     import torch
     import torch.nn.functional as F
 
-    from kamalcli.steering import _Stepper
+    from kamalcli.synth.steering import _Stepper
 
     model, _ = _models(lm, trained)
     prompts = [model.prompt_ids("the match today"), model.prompt_ids("goal")]
@@ -89,7 +89,7 @@ def test_kv_cache_steps_match_a_full_forward(lm, trained):
 
 
 def test_every_candidate_of_a_step_goes_through_the_teacher_in_one_batch(lm, trained, monkeypatch):
-    from kamalcli.steering import SteeringConfig, TeacherScorer, generate
+    from kamalcli.synth.steering import SteeringConfig, TeacherScorer, generate
 
     model, scorers = _models(lm, trained)
     calls = []
@@ -107,7 +107,7 @@ def test_steering_raises_the_teachers_probability(lm, trained):
     """Trained teacher, tiny random LM: steering to 'world' (which the teacher gives random text 0.01) works."""
     import numpy as np
 
-    from kamalcli.steering import SteeringConfig, generate
+    from kamalcli.synth.steering import SteeringConfig, generate
 
     model, scorers = _models(lm, trained)
     prompts = ["the", "a", "new", "today"] * 2
@@ -165,7 +165,7 @@ def test_same_seed_same_text_other_seed_other_text(news, lm):
 @pytest.fixture
 def interrupt_batch(monkeypatch):
     """interrupt_batch(n): Ctrl-C comes while the n-th batch is generated; interrupt_batch(None) undoes it."""
-    from kamalcli import steering
+    from kamalcli.synth import steering
 
     real = steering.generate
 

@@ -113,7 +113,7 @@ def test_add_teacher_refuses_token_classifier_without_bio_tags(kamal, tmp_path):
 def test_word_alignment_labels_the_first_sub_token():
     from transformers import BertTokenizerFast
 
-    from kamalcli.word_alignment import encode_words
+    from kamalcli.models.words import encode_words
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "tele", "##scope", "goal", "big"]
     tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
@@ -147,7 +147,7 @@ def test_word_alignment_skips_a_bare_sentencepiece_boundary():
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    from kamalcli.word_alignment import encode_words
+    from kamalcli.models.words import encode_words
 
     pieces = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -1.0), ("中", -2.0),
               ("共", -2.0), ("\u2581goal", -1.0)]
@@ -184,7 +184,7 @@ def test_predict_prints_entities_with_torch_and_onnx_alike(ner):
 
 
 def test_split_words_cuts_cjk_characters_and_keeps_other_words():
-    from kamalcli.word_alignment import split_words
+    from kamalcli.models.words import split_words
 
     assert split_words("江泽民 met Bill，１９") == [("江", 0, 1), ("泽", 1, 2), ("民", 2, 3), ("met", 4, 7),
                                                  ("Bill", 8, 12), ("，", 12, 13), ("１", 13, 14), ("９", 14, 15)]

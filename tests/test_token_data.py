@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kamalcli import peoples_daily
+from kamalcli.data import peoples_daily
 
 EXCERPT = Path(__file__).parent / "data" / "peoples_daily_excerpt.txt"
 
@@ -107,7 +107,7 @@ def test_token_data_bad_input_is_one_line(kamal, tmp_path):
 
 def test_migration_m008_keeps_old_workspaces_as_sequence_data(tmp_path):
     """A workspace made before m008 (migrations up to m007) opens with every dataset and student a sequence one."""
-    from kamalcli import db as kamal_db
+    from kamalcli.workspace import db as kamal_db
 
     path = tmp_path / "old.db"
     sqlite_utils = kamal_db._import_sqlite_utils()

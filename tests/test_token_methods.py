@@ -8,14 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from kamalcli.entities import entity_scores, spans
+from kamalcli.data.entities import entity_scores, spans
 from kamalcli.labels import LabelSpace
-from kamalcli.methods.token_level import (
-    build_token_muki_hard, build_token_muki_soft, build_token_uhc, build_token_vanilla_kd, muki_targets,
-    union_word_logits, word_cross_entropy,
-)
-from kamalcli.methods.output_level import KDOptions, MukiHardOptions, MukiSoftOptions, UHCOptions
-from kamalcli.token_probe import TokenTeacherOutputs, entity_confidence
+from kamalcli.methods.losses import word_cross_entropy
+from kamalcli.methods.muki import MukiHardOptions, MukiSoftOptions, build_token_muki_hard, build_token_muki_soft
+from kamalcli.methods.uhc import UHCOptions, build_token_uhc
+from kamalcli.methods.vanilla_kd import KDOptions, build_token_vanilla_kd, union_word_logits
+from kamalcli.probe.tokens import TokenTeacherOutputs, entity_confidence, selected_targets
 
 A_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 B_TAGS = ["O", "B-ORG", "I-ORG"]
@@ -68,14 +67,14 @@ def test_muki_hard_picks_by_entity_confidence_and_averages_all_o_words():
 def test_muki_soft_mixes_by_softmax_of_entity_confidence():
     padded = np.array([[[[0.2, 0.8, 0.0]]], [[[0.6, 0.0, 0.4]]]])       # (N=2, n=1, W=1, |Y|=3)
     confidence = np.array([[[0.9, 0.5]]])
-    target = muki_targets(padded, confidence, np.array([[False]]), tau=0.2)
+    target = selected_targets(padded, confidence, np.array([[False]]), tau=0.2)
     w = 1 / (1 + math.exp(-(0.9 - 0.5) / 0.2))                            # softmax weight of teacher 0 = 0.880797
     np.testing.assert_allclose(target[0, 0], [0.2 * w + 0.6 * (1 - w), 0.8 * w, 0.4 * (1 - w)], atol=1e-9)
     np.testing.assert_allclose(target[0, 0], [0.247681, 0.704638, 0.047681], atol=1e-6)
-    hard = muki_targets(padded, confidence, np.array([[False]]), tau=None)
+    hard = selected_targets(padded, confidence, np.array([[False]]), tau=None)
     np.testing.assert_allclose(hard[0, 0], [0.2, 0.8, 0.0])
     # every teacher says O: the plain mean, whatever the confidences
-    np.testing.assert_allclose(muki_targets(padded, confidence, np.array([[True]]), tau=0.2)[0, 0], [0.4, 0.4, 0.2])
+    np.testing.assert_allclose(selected_targets(padded, confidence, np.array([[True]]), tau=0.2)[0, 0], [0.4, 0.4, 0.2])
 
 
 def test_muki_soft_builder_and_margin_weights():
@@ -174,7 +173,7 @@ def test_entity_scores_precision_and_recall_differ():
 
 
 def test_token_selection_golden():
-    from kamalcli.token_selection import token_selection
+    from kamalcli.probe.tokens import token_selection
 
     out = _outputs([[0.1, 0.85, 0.05, 0.0, 0.0], [0.9, 0.025, 0.025, 0.025, 0.025], [0.9, 0.025, 0.025, 0.025, 0.025]],
                    [[0.97, 0.02, 0.01], [0.8, 0.18, 0.02], [0.9, 0.05, 0.05]])

@@ -5,12 +5,14 @@ import pytest
 import torch
 
 import tiny
-from kamalcli.batching import encode, training_order
+from kamalcli.models.batching import encode, training_order
 from kamalcli.errors import KamalError
-from kamalcli.teacher_training import supervised_objective
+from kamalcli.teachers.train import supervised_objective
 from kamalcli.train import checkpoint
-from kamalcli.train.evaluate import HeldOutLoss, predict_logits
-from kamalcli.train.loop import StopRequested, TrainConfig, linear_schedule, train
+from kamalcli.models.inference import predict_logits
+from kamalcli.train.evaluate import HeldOutLoss
+from kamalcli.errors import StopRequested
+from kamalcli.train.loop import TrainConfig, linear_schedule, train
 
 
 @pytest.fixture

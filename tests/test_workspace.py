@@ -6,7 +6,7 @@ import pytest
 
 from conftest import Kamal
 from kamalcli.errors import KamalError
-from kamalcli.workspace import find_workspace
+from kamalcli.workspace.folder import find_workspace
 
 
 def test_init_writes_config_database_and_artifact_folders(tmp_path):
@@ -58,7 +58,7 @@ def test_commands_outside_a_workspace_fail_with_one_line(tmp_path, monkeypatch):
 
 
 def test_a_second_writer_is_refused_while_readers_still_work(ws, kamal, assets):
-    from kamalcli.workspace import Workspace
+    from kamalcli.workspace.folder import Workspace
 
     with Workspace(ws).write_lock():
         result = kamal("add-data", assets["pool"], "--name", "pool", code=2)
@@ -69,12 +69,12 @@ def test_a_second_writer_is_refused_while_readers_still_work(ws, kamal, assets):
 
 
 def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(kamal, monkeypatch):
-    import kamalcli.store
+    import kamalcli.workspace.store
 
     def boom(self):
         raise RuntimeError("disk on fire\nsecond line")
 
-    monkeypatch.setattr(kamalcli.store.Store, "teachers", boom)
+    monkeypatch.setattr(kamalcli.workspace.store.Store, "teachers", boom)
     result = kamal("teachers", code=1)
     assert result.stderr.strip() == "Error: RuntimeError: disk on fire (KAMAL_DEBUG=1 shows the traceback)"
     monkeypatch.setenv("KAMAL_DEBUG", "1")

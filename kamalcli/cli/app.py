@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 import click
 
 from kamalcli.errors import KamalError
-from kamalcli.workspace import Workspace, find_workspace
+from kamalcli.settings import WORKSPACE
+from kamalcli.workspace.folder import Workspace, find_workspace
 
 
 @dataclass
@@ -28,11 +30,11 @@ class App:
         return given if given is not None else self.workspace.setting(section, key, default)
 
     def device(self, given: str | None) -> str:
-        return self.setting("workspace", "device", given, "auto")
+        return self.setting("workspace", "device", given, WORKSPACE.device)
 
     @contextlib.contextmanager
     def reader(self) -> Iterator["Store"]:  # noqa: F821
-        from kamalcli.store import Store
+        from kamalcli.workspace.store import Store
 
         store = Store.open(self.workspace)
         try:
@@ -45,8 +47,8 @@ class App:
         """Hold the workspace's write lock. Any run still 'running' now was cut off, and what
         killed or failed commands left behind is removed."""
         from kamalcli import distributed
-        from kamalcli.leftovers import clean_leftovers
-        from kamalcli.store import Store
+        from kamalcli.workspace.cleanup import clean_leftovers
+        from kamalcli.workspace.store import Store
 
         if distributed.current().size > 1 and not distributed.current().distributed:
             raise KamalError(f"kamal {click.get_current_context().info_name} runs in one process; under torchrun "
@@ -55,7 +57,7 @@ class App:
             store = Store.open(self.workspace)
             try:
                 store.mark_stale_runs()
-                clean_leftovers(self.workspace, store)
+                clean_leftovers(self.workspace, store, _has_progress)
                 yield store
             finally:
                 store.close()
@@ -98,3 +100,11 @@ class App:
 
 
 pass_app = click.make_pass_decorator(App)
+
+
+def _has_progress(kind: str, workdir: Path) -> bool:
+    """What a resumed run of this kind would pick up from its folder (checkpoints, generated units)."""
+    from kamalcli.synth.synthesize import KIND as SYNTHESIZE, has_units
+    from kamalcli.train.phases import started
+
+    return has_units(workdir) if kind == SYNTHESIZE else started(workdir)

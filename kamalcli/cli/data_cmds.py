@@ -28,7 +28,7 @@ from kamalcli.errors import KamalError
 def add_data(app: App, path: str, name: str | None, text_column: str | None, label_column: str | None, role: str,
              tokens_column: str | None, tags_column: str | None, data_format: str | None, max_chars: int | None) -> None:
     """Register text (csv, tsv, jsonl/json, txt, parquet) or tokens with BIO tags (named entities)."""
-    from kamalcli.data import register_dataset
+    from kamalcli.data.text import register_dataset
 
     if max_chars is not None and max_chars < 1:
         raise KamalError(f"--max-chars must be at least 1 (got {max_chars})")
@@ -40,7 +40,7 @@ def add_data(app: App, path: str, name: str | None, text_column: str | None, lab
     for message in notes:
         note(message)
     if dataset.task == "token":
-        from kamalcli.token_data import entity_types
+        from kamalcli.data.tokens import entity_types
 
         types = entity_types(dataset.label_counts or {})
         tagged = f", entity types {', '.join(types)}" if types else ""
@@ -94,7 +94,7 @@ def _f(value) -> str:
 @pass_app
 def remove_data(app: App, name: str) -> None:
     """Forget a dataset (and the probes computed on it)."""
-    from kamalcli.fsutil import remove_artifacts
+    from kamalcli.files import remove_artifacts
 
     with app.writer() as store:
         dataset = store.dataset(name)

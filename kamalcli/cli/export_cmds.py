@@ -51,7 +51,7 @@ def export(app: App, student_name, onnx, hf, quantize, out, force, opset, as_jso
 
 
 def _export_hf(app: App, student_name: str, out, force: bool, as_json: bool) -> None:
-    from kamalcli.export.hf import export_hf
+    from kamalcli.export.service import export_hf
 
     with app.writer() as store:
         student = store.student(student_name)

@@ -7,13 +7,14 @@ from pathlib import Path
 import click
 
 from kamalcli.cli.render import emit_json, json_option, table
+from kamalcli.settings import TRAIN
 
 
 @click.command()
 @json_option
 def models(as_json: bool) -> None:
     """Pretrained models kamal can name without a model hub (--student / --base NAME, synthesize --lm NAME)."""
-    from kamalcli.assets import BASES, LMS, base_status
+    from kamalcli.models.bases import BASES, LMS, base_status
 
     rows = [{"name": b.name, "kind": kind, "description": b.description, "package": b.package, "layers": b.layers,
              "hidden": b.hidden, "status": base_status(b)}
@@ -31,13 +32,14 @@ def models(as_json: bool) -> None:
 @click.option("--dir", "target", default="kamal-demo", show_default=True, type=click.Path(file_okay=False),
               help="Where to build the demo workspace.")
 @click.option("--force", is_flag=True, help="Reuse a non-empty folder (an old workspace there is moved aside).")
-@click.option("--base", default="minilm-l6", show_default=True, help="Base model for teachers and students.")
+@click.option("--base", default=TRAIN.student, show_default=True, help="Base model for teachers and students.")
 @click.option("--mc-exact", is_flag=True, help="Probe with the paper's K passes of every row instead of the adaptive default.")
 def demo(target: str, force: bool, base: str, mc_exact: bool) -> None:
     """The whole pipeline on real data shipped with kamal: teachers, probe, amalgamate, eval, ONNX."""
-    from kamalcli.demo import run_demo
+    from kamalcli.cli.demo import run_demo
 
-    run_demo(Path(target), force=force, base=base, mc_exact=mc_exact)
+    kamal = click.get_current_context().find_root().command
+    run_demo(kamal, Path(target), force=force, base=base, mc_exact=mc_exact)
 
 
 COMMANDS = [models, demo]

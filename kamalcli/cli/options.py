@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import click
 
 from kamalcli.cli.app import App
+from kamalcli.settings import PROBE, TRAIN, WORKSPACE, shown
+
+
+class LazyHelpOption(click.Option):
+    """An option whose help is written when it is shown: a list read from a registry (the methods, say)
+    that `kamal --help` does not import."""
+
+    def __init__(self, *args, help_text: Callable[[], str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help_text = help_text
+
+    def get_help_record(self, ctx: click.Context):
+        if self.help is None:
+            self.help = self.help_text()
+        return super().get_help_record(ctx)
+
+
+def trained_methods() -> list[str]:
+    """The methods that train a student (the baselines ensemble and teacher do not), from the registry."""
+    from kamalcli.methods import REGISTRY
+
+    return [m.name for m in REGISTRY.values() if m.trains]
 
 
 def train_options(f):
@@ -13,12 +37,13 @@ def train_options(f):
                      help="Passes over the data; wins over the default budget of --steps with early stopping."),
         click.option("--steps", type=int,
                      help="Without --epochs: train at most this many steps, stopping early once the held-out "
-                          "transfer loss stops improving (default 600)."),
-        click.option("--batch-size", type=int, help="Rows per step (default 32)."),
-        click.option("--lr", type=float, help="Peak learning rate (default 1e-4)."),
-        click.option("--max-length", type=int, help="Tokens per text (default 128)."),
+                          f"transfer loss stops improving (default {shown(TRAIN.steps)})."),
+        click.option("--batch-size", type=int, help=f"Rows per step (default {shown(TRAIN.batch_size)})."),
+        click.option("--lr", type=float, help=f"Peak learning rate (default {shown(TRAIN.lr)})."),
+        click.option("--max-length", type=int, help=f"Tokens per text (default {shown(TRAIN.max_length)})."),
         click.option("--seed", type=int, help="Seed (default: the workspace seed)."),
-        click.option("--checkpoint-every", type=int, help="Save a checkpoint every N steps (default 200)."),
+        click.option("--checkpoint-every", type=int,
+                     help=f"Save a checkpoint every N steps (default {shown(TRAIN.checkpoint_every)})."),
         click.option("--embeddings", type=click.Choice(["train", "freeze"]), default=None,
                      help="Update the input word embeddings (default) or keep them frozen: about 1.8x faster "
                           "steps on a CPU for a multilingual base's vocabulary, but slower to learn."),
@@ -63,25 +88,24 @@ def train_settings(app: App, epochs, steps, batch_size, lr, max_length, seed, ch
                    default_epochs: int | None = None) -> dict:
     """default_epochs None: the step budget with early stopping unless --epochs (or kamal.toml) says otherwise."""
     from kamalcli.train.embeddings import check_mode
-    from kamalcli.train.loop import DEFAULT_EVAL_EVERY, DEFAULT_PATIENCE, DEFAULT_STEPS
 
-    embeddings = app.setting("train", "embeddings", embeddings, "train")
+    embeddings = app.setting("train", "embeddings", embeddings, TRAIN.embeddings)
     check_mode(embeddings)  # before any probe or model is loaded
     return {
         # --steps on the command line beats an `epochs` in kamal.toml; --epochs beats both
         "epochs": epochs if epochs is not None or steps is not None else app.setting("train", "epochs", None,
                                                                                       default_epochs),
-        "steps": app.setting("train", "steps", steps, DEFAULT_STEPS),
-        "eval_every": app.setting("train", "eval_every", default=DEFAULT_EVAL_EVERY),
-        "patience": app.setting("train", "patience", default=DEFAULT_PATIENCE),
-        "batch_size": app.setting("train", "batch_size", batch_size, 32),
-        "lr": float(app.setting("train", "lr", lr, 1e-4)),
-        "max_length": app.setting("train", "max_length", max_length, 128),
-        "warmup": float(app.setting("train", "warmup", default=0.1)),
-        "weight_decay": float(app.setting("train", "weight_decay", default=0.01)),
-        "grad_clip": float(app.setting("train", "grad_clip", default=1.0)),
-        "seed": app.setting("workspace", "seed", seed, 0),
-        "checkpoint_every": app.setting("train", "checkpoint_every", checkpoint_every, 200),
+        "steps": app.setting("train", "steps", steps, TRAIN.steps),
+        "eval_every": app.setting("train", "eval_every", default=TRAIN.eval_every),
+        "patience": app.setting("train", "patience", default=TRAIN.patience),
+        "batch_size": app.setting("train", "batch_size", batch_size, TRAIN.batch_size),
+        "lr": float(app.setting("train", "lr", lr, TRAIN.lr)),
+        "max_length": app.setting("train", "max_length", max_length, TRAIN.max_length),
+        "warmup": float(app.setting("train", "warmup", default=TRAIN.warmup)),
+        "weight_decay": float(app.setting("train", "weight_decay", default=TRAIN.weight_decay)),
+        "grad_clip": float(app.setting("train", "grad_clip", default=TRAIN.grad_clip)),
+        "seed": app.setting("workspace", "seed", seed, WORKSPACE.seed),
+        "checkpoint_every": app.setting("train", "checkpoint_every", checkpoint_every, TRAIN.checkpoint_every),
         "embeddings": embeddings,
     }
 
@@ -93,10 +117,10 @@ def mc_exact_option(f):
 
 def probe_settings(app: App, mc_samples: int | None = None, mc_exact: bool | None = None) -> dict:
     return {
-        "mc_samples": app.setting("probe", "mc_samples", mc_samples, 16),
-        "mc_exact": bool(app.setting("probe", "mc_exact", mc_exact, False)),
-        "dropout": app.setting("probe", "dropout"),
-        "max_length": app.setting("probe", "max_length", default=128),
+        "mc_samples": app.setting("probe", "mc_samples", mc_samples, PROBE.mc_samples),
+        "mc_exact": bool(app.setting("probe", "mc_exact", mc_exact, PROBE.mc_exact)),
+        "dropout": app.setting("probe", "dropout", default=PROBE.dropout),
+        "max_length": app.setting("probe", "max_length", default=PROBE.max_length),
         "layers": "default",
-        "seed": app.setting("workspace", "seed", default=0),
+        "seed": app.setting("workspace", "seed", default=WORKSPACE.seed),
     }

@@ -7,18 +7,19 @@ import click
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.options import distributed_options
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
+from kamalcli.settings import PROBE, WORKSPACE, shown
 
 
 @click.command()
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="Only this teacher (repeatable; default: all).")
 @click.option("--data", "data_names", multiple=True, metavar="NAME", help="Only this dataset (repeatable; default: all).")
-@click.option("--mc-samples", type=int, help="Monte-Carlo dropout passes K (default 16; 1 = no MC dropout).")
+@click.option("--mc-samples", type=int, help=f"Monte-Carlo dropout passes K (default {shown(PROBE.mc_samples)}; 1 = no MC dropout).")
 @click.option("--dropout", type=float, help="Dropout rate for MC dropout (default: each teacher's own).")
-@click.option("--rmd/--no-rmd", default=None, help="Relative Mahalanobis OOD scores (default: on).")
+@click.option("--rmd/--no-rmd", default=None, help=f"Relative Mahalanobis OOD scores (default: {'on' if PROBE.rmd else 'off'}).")
 @click.option("--rmd-fit", metavar="NAME", help="Labelled dataset whose rows of each teacher's classes fit its RMD Gaussians.")
 @click.option("--rmd-layers", metavar="LAYERS", help="Layers to pool for RMD: default (middle,last), all, or e.g. 3,6.")
-@click.option("--batch-size", type=int, help="Rows per forward pass (default 32).")
-@click.option("--max-length", type=int, help="Tokens per text (default 128).")
+@click.option("--batch-size", type=int, help=f"Rows per forward pass (default {shown(PROBE.batch_size)}).")
+@click.option("--max-length", type=int, help=f"Tokens per text (default {shown(PROBE.max_length)}).")
 @click.option("--device", help="cpu, cuda or auto.")
 @click.option("--mc-mode", type=click.Choice(["auto", "sequential", "batched"]), default="auto", show_default=True,
               help="With --mc-exact: K passes one after another (fast on CPU) or one K-times batch (fast on GPU).")
@@ -34,15 +35,15 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
     from kamalcli.probe.service import ProbeRequest, probe_workspace
 
     request = ProbeRequest(
-        mc_samples=app.setting("probe", "mc_samples", mc_samples, 16),
-        dropout=app.setting("probe", "dropout", dropout, None),
-        max_length=app.setting("probe", "max_length", max_length, 128),
+        mc_samples=app.setting("probe", "mc_samples", mc_samples, PROBE.mc_samples),
+        dropout=app.setting("probe", "dropout", dropout, PROBE.dropout),
+        max_length=app.setting("probe", "max_length", max_length, PROBE.max_length),
         layers=rmd_layers or "default",
-        seed=app.setting("workspace", "seed", seed, 0),
-        mc_exact=bool(app.setting("probe", "mc_exact", mc_exact, False)),
+        seed=app.setting("workspace", "seed", seed, WORKSPACE.seed),
+        mc_exact=bool(app.setting("probe", "mc_exact", mc_exact, PROBE.mc_exact)),
     )
-    use_rmd = app.setting("probe", "rmd", rmd, True)
-    batch = app.setting("probe", "batch_size", batch_size, 32)
+    use_rmd = app.setting("probe", "rmd", rmd, PROBE.rmd)
+    batch = app.setting("probe", "batch_size", batch_size, PROBE.batch_size)
     if batch < 1:
         raise click.BadParameter("must be at least 1", param_hint="--batch-size")
     with app.job(app.device(device), backend) as store:
@@ -85,35 +86,23 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
     if html_path:
         _html_report(app, html_path, as_json)
         return
-    from kamalcli.probe.service import SUGGESTABLE_SCORES, selection_groups, selection_rows
+    from kamalcli.report.gather import text_report
 
     with app.reader() as store:
-        teachers = {t.id: t for t in store.teachers()}
-        datasets = {d.id: d for d in store.datasets()}
-        probes = store.probes()
-        selections = selection_rows(store)
-        policies = policy_selection(store.students())
-    probe_rows = []
-    for p in probes:
-        s = p.summary
-        probe_rows.append({
-            "probe_id": p.id, "teacher": teachers[p.teacher_id].name, "data": datasets[p.dataset_id].name,
-            "rows": p.num_rows, "mc_samples": p.options.get("mc_samples"), "dropout": p.options.get("dropout"),
-            "max_length": p.options.get("max_length"), "seconds": p.seconds,
-            **{k: v for k, v in s.items() if k != "rmd"},
-            "rmd": s.get("rmd"),
-        })
-    from kamalcli.synthesis import is_generated
-
-    generated = [{"data": d.name, **d.provenance} for d in datasets.values() if is_generated(d)]
+        gathered = text_report(store)
     if as_json:
-        emit_json({"probes": probe_rows, "selection": selections, "policy_selection": policies, "generated": generated})
+        emit_json(gathered)
         return
-    _policy_tables(policies)
-    _generated_tables(generated)
-    if not probe_rows:
+    _policy_tables(gathered["policy_selection"])
+    _generated_tables(gathered["generated"])
+    if not gathered["probes"]:
         click.echo("No probes yet: run `kamal probe`.")
         return
+    _probe_tables(gathered["probes"])
+    _selection_summaries(gathered["selection"])
+
+
+def _probe_tables(probe_rows: list[dict]) -> None:
     sentence_rows = [r for r in probe_rows if r.get("task") != "token"]
     token_rows = [r for r in probe_rows if r.get("task") == "token"]
     if sentence_rows:
@@ -131,6 +120,12 @@ def report(app: App, as_json: bool, html_path: str | None) -> None:
               [(r["teacher"], r["data"], r["mc_samples"], r.get("words"), _f(r.get("mean_entity_confidence")),
                 _f(r.get("mean_mc_entity_confidence")), r.get("entity_words"), r.get("cut_words"))
                for r in token_rows])
+
+
+def _selection_summaries(selections: list[dict]) -> None:
+    """Per dataset and teachers: each score's selection quality, the best one, and how to use it."""
+    from kamalcli.probe.service import SUGGESTABLE_SCORES, selection_groups
+
     for data, names, rows, best in selection_groups(selections):
         _selection_table(f"{data} ({', '.join(names)})", {r["score"]: r for r in rows})
         if best:
@@ -146,17 +141,6 @@ def _generated_tables(generated: list[dict]) -> None:
     for g in generated:
         click.echo(f"{g['data']}: {provenance_line(g)}")
         show_quality(g["quality"])
-
-
-def policy_selection(students) -> list[dict]:
-    """Per student trained by a teacher-selection policy (rl-kd): how often it selected each teacher, per class."""
-    out = []
-    for s in students:
-        info = (s.train or {}).get("objective") or {}
-        if "selection" in info:
-            out.append({"student": s.name, "variant": info.get("variant"), "reward": info.get("reward"),
-                        **info["selection"], "selection_accuracy": info.get("selection_accuracy")})
-    return out
 
 
 def _policy_tables(policies: list[dict]) -> None:

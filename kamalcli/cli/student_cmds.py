@@ -5,9 +5,11 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.options import distributed_options, mc_exact_option, probe_settings, reprobe_option, train_options, train_settings
+from kamalcli.cli.options import (LazyHelpOption, distributed_options, mc_exact_option, probe_settings, reprobe_option,
+                                  train_options, train_settings, trained_methods)
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 from kamalcli.errors import KamalError
+from kamalcli.settings import PROBE, TRAIN, shown
 
 
 @click.command()
@@ -30,7 +32,8 @@ def methods(as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--method", help="muki-hard, muki-soft, vanilla-kd, uhc (see `kamal methods`).")
+@click.option("--method", cls=LazyHelpOption,
+              help_text=lambda: f"{', '.join(trained_methods())} (see `kamal methods`).")
 @click.option("--student", "student_base", metavar="BASE", help="Named base (kamal models), encoder or classifier folder, or hub id.")
 @click.option("--student-layers", type=int, help="Keep only the first N layers of the base (a smaller student).")
 @click.option("--name", help="Name of the new student (default: METHOD-N).")
@@ -38,7 +41,8 @@ def methods(as_json: bool) -> None:
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="Only these teachers (default: all).")
 @click.option("--data", metavar="NAME", help="Transfer dataset (default: the only one).")
 @click.option("--select-by", metavar="HOW", help="transfer-loss (label-free, default) or eval:NAME (uses labels).")
-@click.option("--mc-samples", type=int, help="Which probe the confidences come from: its MC-dropout passes K (default 16).")
+@click.option("--mc-samples", type=int,
+              help=f"Which probe the confidences come from: its MC-dropout passes K (default {shown(PROBE.mc_samples)}).")
 @click.option("--rmd-fit", metavar="NAME", help="Labelled data to fit the teachers' RMD on (with --option score=rmd).")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
 @reprobe_option
@@ -50,7 +54,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
                mc_samples, rmd_fit, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
                embeddings, device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
-    from kamalcli import amalgamate as service
+    from kamalcli.students import amalgamate as service
 
     if resume:
         given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base),
@@ -66,9 +70,9 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         raise KamalError("choose a method with --method (see `kamal methods`)")
     request = service.AmalgamateRequest(
         method=method, options=list(options),
-        student=student_base or app.workspace.setting("train", "student", "minilm-l6"),
+        student=student_base or app.workspace.setting("train", "student", TRAIN.student),
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
-        select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"), rmd_fit=rmd_fit,
+        select_by=select_by or app.workspace.setting("train", "select_by", TRAIN.select_by), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
@@ -85,7 +89,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="A method option (repeatable).")
 @click.option("--data", metavar="NAME", help="Transfer dataset covering old and new labels (default: the only one).")
 @click.option("--select-by", metavar="HOW", help="transfer-loss (label-free, default) or eval:NAME (uses labels).")
-@click.option("--mc-samples", type=int, help="MC-dropout passes K for the teachers' confidences (default 16).")
+@click.option("--mc-samples", type=int, help=f"MC-dropout passes K for the teachers' confidences (default {shown(PROBE.mc_samples)}).")
 @click.option("--refine", is_flag=True, help="Allow teachers that add no new label (retrain on what they know).")
 @reprobe_option
 @mc_exact_option
@@ -95,12 +99,12 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
            reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, device, backend) -> None:
     """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
-    from kamalcli import amalgamate as service
-    from kamalcli.extend import extend as run_extend
+    from kamalcli.students import amalgamate as service
+    from kamalcli.students.extend import extend as run_extend
 
     base = service.AmalgamateRequest(
         method=method or "", options=list(options), name=name, data=data,
-        select_by=select_by or app.workspace.setting("train", "select_by", "transfer-loss"),
+        select_by=select_by or app.workspace.setting("train", "select_by", TRAIN.select_by),
         train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
@@ -158,7 +162,7 @@ def students(app: App, as_json: bool) -> None:
 @pass_app
 def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, device, as_json) -> None:
     """Accuracy, macro-F1, per-class F1 and the confusion matrix of a student (or baseline)."""
-    from kamalcli.evaluation import baseline_name, evaluate_baseline, evaluate_student
+    from kamalcli.students.evaluate import baseline_name, evaluate_baseline, evaluate_student
 
     if student_name is None and baseline is None:
         raise KamalError("say what to evaluate: a STUDENT, or --baseline ensemble or teacher:NAME")
@@ -171,7 +175,7 @@ def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, device,
         dataset = store.dataset(data_name)
         if baseline:
             metrics = evaluate_baseline(app.workspace, store, baseline, dataset, device=device,
-                                        max_length=app.workspace.setting("probe", "max_length", 128),
+                                        max_length=app.workspace.setting("probe", "max_length", PROBE.max_length),
                                         teacher_names=teacher_names)
             subject = f"baseline {baseline_name(baseline, teacher_names)}"
         else:
@@ -215,7 +219,7 @@ def _entity_table(subject: str, data_name: str, metrics: dict) -> None:
 @pass_app
 def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> None:
     """Classify texts with a student (a token student prints the entities it finds)."""
-    from kamalcli.prediction import predict_texts, read_texts
+    from kamalcli.students.predict import predict_texts, read_texts
 
     all_texts = list(texts) + (read_texts(file) if file else [])
     if not all_texts:
@@ -246,7 +250,7 @@ def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> 
 
 def _print_entities(student, texts, export, device, as_json: bool) -> None:
     """One line per text: its entities as TYPE "text" [start:end] score (character offsets)."""
-    from kamalcli.prediction import predict_entities
+    from kamalcli.students.predict import predict_entities
 
     results = predict_entities(student, texts, export=export, device=device)
     if as_json:

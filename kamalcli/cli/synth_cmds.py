@@ -6,6 +6,7 @@ import click
 
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, note, table
+from kamalcli.settings import WORKSPACE
 
 
 @click.command("synthesize")
@@ -41,14 +42,14 @@ def synthesize(app: App, per_class, name, lm, teacher_names, prompts, strength, 
     The result is a dataset (label = the class a text was steered to) with its provenance and
     label-free quality figures; Ctrl-C keeps the batches written, the same command continues.
     """
-    from kamalcli.assets import DEFAULT_LM
-    from kamalcli.synthesis import DEFAULT_PROMPT, SynthesisRequest, synthesize as run_synthesis
+    from kamalcli.models.bases import DEFAULT_LM
+    from kamalcli.synth.synthesize import DEFAULT_PROMPT, SynthesisRequest, synthesize as run_synthesis
 
     request = SynthesisRequest(
         name=name, per_class=per_class, lm=lm or DEFAULT_LM, teachers=tuple(teacher_names),
         prompts=tuple(prompts) or (DEFAULT_PROMPT,), strength=strength, top_m=top_m, top_p=top_p,
         max_new_tokens=max_new_tokens, mode=mode, chunk_tokens=chunk_tokens, chunk_candidates=chunk_candidates,
-        batch_size=batch_size, seed=app.setting("workspace", "seed", seed, 0), device=app.device(device),
+        batch_size=batch_size, seed=app.setting("workspace", "seed", seed, WORKSPACE.seed), device=app.device(device),
     )
     request.check()  # before taking the lock or loading anything
     with app.writer() as store:

@@ -9,6 +9,7 @@ from kamalcli.cli.render import emit_json, json_option, note, table
 from kamalcli.errors import KamalError
 from kamalcli.cli.options import distributed_options, train_options, train_settings
 from kamalcli.names import split_labels
+from kamalcli.settings import TRAIN
 
 
 @click.command("add-teacher")
@@ -19,7 +20,7 @@ from kamalcli.names import split_labels
 @pass_app
 def add_teacher(app: App, source: str, name: str | None, labels: str | None, copy: bool) -> None:
     """Register a fine-tuned classifier (a local Hugging Face folder) as a teacher."""
-    from kamalcli.teachers import register_teacher
+    from kamalcli.teachers.register import register_teacher
 
     label_list = split_labels(labels) if labels is not None else None
     with app.writer() as store:
@@ -63,7 +64,7 @@ def teachers(app: App, as_json: bool) -> None:
 @pass_app
 def remove_teacher(app: App, name: str) -> None:
     """Forget a teacher (its probes go too; students trained from it keep their record)."""
-    from kamalcli.fsutil import remove_artifacts
+    from kamalcli.files import remove_artifacts
 
     with app.writer() as store:
         paths = store.probe_artifacts(teacher_id=store.teacher(name).id)
@@ -87,7 +88,7 @@ def remove_teacher(app: App, name: str) -> None:
 def train_teacher(app: App, data, labels, name, base, base_layers, resume, epochs, steps, batch_size, lr, max_length, seed,
                   checkpoint_every, embeddings, device, backend) -> None:
     """Fine-tune a classifier on a labelled dataset's rows of some labels and register it as a teacher."""
-    from kamalcli.teacher_training import TeacherRequest, resume_teacher, train_teacher as run_training
+    from kamalcli.teachers.train import TeacherRequest, resume_teacher, train_teacher as run_training
 
     if resume:
         with app.job(app.device(device), backend) as store:
@@ -97,7 +98,7 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
             raise KamalError("give DATA, --labels a,b,... and --name NAME (or --resume NAME)")
         request = TeacherRequest(
             data=data, labels=split_labels(labels), name=name,
-            base=base or app.workspace.setting("train", "student", "minilm-l6"), base_layers=base_layers,
+            base=base or app.workspace.setting("train", "student", TRAIN.student), base_layers=base_layers,
             train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings,
                                  default_epochs=1),
             device=app.device(device),

@@ -13,7 +13,7 @@ from kamalcli.cli.render import emit_json, json_option, note, table
 @click.option("--force", is_flag=True, help="Start afresh over an existing workspace; its old state is moved aside, not deleted.")
 def init(path: str, force: bool) -> None:
     """Make a workspace in PATH (default: here): kamal.toml, database, artifact folders."""
-    from kamalcli.workspace import init_workspace
+    from kamalcli.workspace.folder import init_workspace
 
     ws, backup = init_workspace(path, force=force)
     if backup:

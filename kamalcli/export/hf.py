@@ -13,14 +13,13 @@ so `--force` may replace it (and nothing else) without a hidden file in the fold
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from kamalcli import __version__
 from kamalcli.errors import KamalFailure
-from kamalcli.fsutil import ensure_writable_dir, publish_dir, write_json_atomic, write_text_atomic
+from kamalcli.files import write_json_atomic, write_text_atomic
 
 MARKER = "export.json"
 CHECK_ROWS = 64
@@ -47,35 +46,9 @@ class HfExport:
                 "check": self.check}
 
 
-def export_hf(workspace, store, student, *, out: str | None, force: bool) -> HfExport:
-    from kamalcli.export.service import card_fields, check_target, parity_texts
-    from kamalcli.prediction import student_folder
-    from kamalcli.runs import recorded_run
-
-    folder = student_folder(student)
-    target = Path(out).expanduser().resolve() if out else workspace.artifact_dir("exports") / f"{student.name}-hf"
-    check_target(workspace, store, target, force)
-    ensure_writable_dir(target.parent)
-    texts = parity_texts(store, student)[:CHECK_ROWS]
-    fields = card_fields(store, student)
-    params = {"student": student.name, "format": "hf", "out": str(target)}
-    with recorded_run(store, "export", student.name, params) as run:
-        staging = target.parent / f".{target.name}.tmp-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        try:
-            result = _export_into(staging, folder, student, texts, fields)
-            check_target(workspace, store, target, force)  # it may have appeared while we worked
-            publish_dir(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        result.path = target
-        run.result = result.as_json()
-    return result
-
-
-def _export_into(staging: Path, folder: Path, student, texts: list[str], fields: dict) -> HfExport:
+def write_hf_folder(staging: Path, folder: Path, student, texts: list[str], fields: dict) -> HfExport:
+    """The student's folder copied into `staging`, checked through transformers.pipeline, with a model card and
+    the export's manifest."""
     from kamalcli.export.card import labels_table, render_card
 
     for item in sorted(folder.iterdir()):
@@ -101,9 +74,9 @@ def pipeline_check(folder: Path, student, texts: list[str]) -> dict:
     import numpy as np
     from transformers import pipeline
 
-    from kamalcli.prediction import student_max_length, predict_texts
+    from kamalcli.models.inference import classifier_probs
 
-    max_length = student_max_length(student)
+    max_length = student.max_length
     try:
         classifier = pipeline("text-classification", model=str(folder), device="cpu", trust_remote_code=False)
         outputs = classifier(texts, top_k=None, truncation=True, max_length=max_length)
@@ -111,7 +84,7 @@ def pipeline_check(folder: Path, student, texts: list[str]) -> dict:
         from kamalcli.errors import first_line
 
         raise KamalFailure(f"the exported folder does not load in transformers.pipeline: {first_line(e, 200)}") from None
-    labels, reference = predict_texts(student, texts, device="cpu")
+    labels, reference = list(student.labels), classifier_probs(student.folder, texts, max_length, device="cpu")
     got = np.zeros_like(reference)
     for row, scores in enumerate(outputs):
         for item in scores:
@@ -139,10 +112,9 @@ def token_pipeline_check(folder: Path, student, texts: list[str]) -> dict:
     from transformers import pipeline
 
     from kamalcli.errors import first_line
-    from kamalcli.modeling import load_classifier, load_tokenizer
-    from kamalcli.prediction import student_max_length
+    from kamalcli.models.loading import load_classifier, load_tokenizer
 
-    max_length = student_max_length(student)
+    max_length = student.max_length
     tokenizer, model = load_tokenizer(folder), load_classifier(folder).eval()
     encoded = [tokenizer(t, return_special_tokens_mask=True) for t in texts]
     kept = [(t, e) for t, e in zip(texts, encoded) if len(e["input_ids"]) <= max_length]

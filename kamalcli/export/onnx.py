@@ -27,7 +27,7 @@ import numpy as np
 from kamalcli import __version__
 from kamalcli.errors import KamalError, KamalFailure
 from kamalcli.export.card import labels_table, markdown_table, render_card
-from kamalcli.fsutil import publish_dir, write_json_atomic, write_text_atomic
+from kamalcli.files import publish_dir, removed_on_failure, write_json_atomic, write_text_atomic
 
 FP32_TOLERANCE = 1e-4  # max |logit difference| allowed between fp32 ONNX and PyTorch
 INT8_MIN_AGREEMENT = 0.99  # below this argmax agreement an int8 export carries a warning
@@ -378,37 +378,49 @@ def export_onnx(student_folder: Path, out_dir: Path, *, quantize: str | None = N
         staging.mkdir(parents=True)
     except OSError as e:
         raise KamalError(f"cannot write to {out_dir.parent}: {e.strerror}") from None
-    try:
+    with removed_on_failure(staging):
         result = _export_into(staging, student_folder, out_dir, quantize=quantize, texts=texts, opset=opset,
                               optimize=optimize, card_fields=card_fields)
         write_json_atomic(staging / EXPORT_MARKER, {"kamal_version": __version__, "source": str(student_folder)})
         if out_dir.exists() and not overwrite:  # appeared while we worked
             raise KamalError(f"{out_dir} already exists (use --force to replace it)")
         publish_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return result
 
 
-def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str | None, texts: list[str],
-                 opset: int, optimize: bool, card_fields: dict | None) -> ExportResult:
-    from kamalcli.batching import token_limit
-    from kamalcli.modeling import count_parameters, labels_of, load_classifier, load_tokenizer
+@dataclass
+class _Fp32Model:
+    """The fp32 ONNX file the export keeps (optimised, or the plain export) and what is known of it."""
+    path: Path
+    raw: Path  # the plain export, the fallback
+    optimized: bool = False
+    counts: dict[str, int] = field(default_factory=dict)  # fused operator types
+    providers: list[str] = field(default_factory=list)
+    logits: Any = None  # np.ndarray on the parity batches
+    parity: dict[str, float] = field(default_factory=dict)
 
-    work = staging / ".work"
-    work.mkdir()
+    def fall_back(self) -> None:
+        self.optimized, self.counts, self.path = False, {}, self.raw
+
+
+def _load_student(student: Path):
+    """(model, tokenizer, labels, input names) of the student, the model in fp32 with eager attention."""
+    from kamalcli.models.loading import labels_of, load_classifier, load_tokenizer
+
     model = load_classifier(student, attn="eager").float()
     tokenizer = load_tokenizer(student)
     config = model.config
     labels = labels_of(student)
     if len(labels) != config.num_labels:
         raise KamalError(f"{student}: config.json names {len(labels)} labels but the head has {config.num_labels}")
-    names = _input_names(model, tokenizer)
-    notes: list[str] = []
-    result_warnings: list[str] = []
+    return model, tokenizer, labels, _input_names(model, tokenizer)
 
+
+def _export_fp32(model, tokenizer, names: list[str], work: Path, opset: int, optimize: bool,
+                 notes: list[str]) -> _Fp32Model:
+    """TorchScript export to raw.onnx, then onnxruntime's optimizer (best effort) when asked."""
     raw = work / "raw.onnx"
+    fp32 = _Fp32Model(path=raw, raw=raw)
     with _quiet_tools():
         try:
             _torch_export(model, tokenizer, names, raw, opset)
@@ -416,84 +428,88 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
             raise
         except Exception as e:
             raise KamalFailure(f"ONNX export failed: {_first_line(e)}") from None
-        optimized, counts, fp32 = False, {}, raw
         if optimize:
-            optimized, counts, why = _optimize(raw, work / "optimized.onnx", config)
+            optimized, counts, why = _optimize(raw, work / "optimized.onnx", model.config)
+            fp32.optimized, fp32.counts = optimized, counts
             if optimized:
-                fp32 = work / "optimized.onnx"
+                fp32.path = work / "optimized.onnx"
             if why:
                 notes.append(why)
+    return fp32
 
-    # Parity of the fp32 model against PyTorch eager, on real texts with padding.
-    max_length = token_limit(config, tokenizer)
-    parity_length = min(PARITY_MAX_LENGTH, max_length)
-    batches = _encode(tokenizer, texts, names, parity_length, PARITY_BATCH)
-    reference = _torch_logits(model, batches)
+
+def _check_parity(fp32: _Fp32Model, batches: _Batches, reference: np.ndarray, rows: int, notes: list[str]) -> None:
+    """Run the fp32 model and compare it with PyTorch; an optimised model that cannot run or misses parity
+    falls back to the plain export; a KamalFailure if the kept model misses parity."""
     try:
-        providers, fp32_logits = _run(fp32, batches)
+        fp32.providers, fp32.logits = _run(fp32.path, batches)
     except KamalFailure as e:
-        if not optimized:
+        if not fp32.optimized:
             raise
         notes.append(f"onnxruntime cannot run the optimised model ({e}); kept the plain export")
-        optimized, counts, fp32 = False, {}, raw
-        providers, fp32_logits = _run(fp32, batches)
-    fp32_parity = _compare(fp32_logits, reference)
-    if fp32_parity["max_abs_diff"] > FP32_TOLERANCE and optimized:
+        fp32.fall_back()
+        fp32.providers, fp32.logits = _run(fp32.path, batches)
+    fp32.parity = _compare(fp32.logits, reference)
+    if fp32.parity["max_abs_diff"] > FP32_TOLERANCE and fp32.optimized:
         # The fusions are the likelier culprit: fall back to the plain graph if that one passes.
-        _, plain_logits = _run(raw, batches)
+        _, plain_logits = _run(fp32.raw, batches)
         plain_parity = _compare(plain_logits, reference)
         if plain_parity["max_abs_diff"] <= FP32_TOLERANCE:
-            notes.append(f"the optimised model missed parity (max |logit diff| {fp32_parity['max_abs_diff']:.2e}); "
+            notes.append(f"the optimised model missed parity (max |logit diff| {fp32.parity['max_abs_diff']:.2e}); "
                          "kept the plain export")
-            optimized, counts, fp32, fp32_logits, fp32_parity = False, {}, raw, plain_logits, plain_parity
-    if not fp32_parity["max_abs_diff"] <= FP32_TOLERANCE:  # also catches NaN
-        raise KamalFailure(f"export failed parity: max |logit difference| {fp32_parity['max_abs_diff']:.2e} "
-                           f"> {FP32_TOLERANCE:g} against PyTorch on {len(texts)} texts")
+            fp32.fall_back()
+            fp32.logits, fp32.parity = plain_logits, plain_parity
+    if not fp32.parity["max_abs_diff"] <= FP32_TOLERANCE:  # also catches NaN
+        raise KamalFailure(f"export failed parity: max |logit difference| {fp32.parity['max_abs_diff']:.2e} "
+                           f"> {FP32_TOLERANCE:g} against PyTorch on {rows} texts")
 
-    parity: dict[str, Any] = {
-        "rows": len(texts), "batch_size": PARITY_BATCH, "max_length": parity_length,
-        "padded_batches": batches.padded, "batches": len(batches.feeds), "reference": "pytorch eager fp32",
-        "tolerance": FP32_TOLERANCE, **fp32_parity,
-    }
-    fp32_size = fp32.stat().st_size
-    final = staging / "model.onnx"
-    if quantize == "int8":
-        with _quiet_tools():
-            try:
-                _quantize_int8(fp32, final)
-            except Exception as e:
-                raise KamalFailure(f"int8 quantisation failed: {_first_line(e)}") from None
-        _, int8_logits = _run(final, batches)
-        vs_torch = _compare(int8_logits, reference)
-        vs_fp32 = _compare(int8_logits, fp32_logits)
-        parity.update(vs_torch)
-        parity.update({
-            "tolerance": None,
-            "fp32": fp32_parity,
-            "argmax_agreement_vs_fp32_onnx": vs_fp32["argmax_agreement"],
-            "max_abs_diff_vs_fp32_onnx": vs_fp32["max_abs_diff"],
-            "min_argmax_agreement": INT8_MIN_AGREEMENT,
-        })
-        worst = min(vs_torch["argmax_agreement"], vs_fp32["argmax_agreement"])
-        if worst < INT8_MIN_AGREEMENT:
-            result_warnings.append(
-                f"int8 model agrees with the fp32 model on only {worst:.1%} of {len(texts)} texts "
-                f"(max |logit difference| {vs_torch['max_abs_diff']:.3f}); consider the fp32 export")
-        counts = _fused_counts(final)
-    else:
-        os.replace(fp32, final)
-    size = final.stat().st_size
 
-    # Sizes: fp32 ~ 4 bytes a parameter; int8 ~ a quarter of that.
-    parameters = count_parameters(model)
+def _quantize_checked(fp32: _Fp32Model, final: Path, batches: _Batches, reference: np.ndarray,
+                      parity: dict[str, Any], rows: int, result_warnings: list[str]) -> dict[str, int]:
+    """int8 `final` from the fp32 model, its agreement with PyTorch and with fp32 ONNX recorded in `parity`;
+    returns its fused op counts."""
+    with _quiet_tools():
+        try:
+            _quantize_int8(fp32.path, final)
+        except Exception as e:
+            raise KamalFailure(f"int8 quantisation failed: {_first_line(e)}") from None
+    _, int8_logits = _run(final, batches)
+    vs_torch = _compare(int8_logits, reference)
+    vs_fp32 = _compare(int8_logits, fp32.logits)
+    parity.update(vs_torch)
+    parity.update({
+        "tolerance": None,
+        "fp32": fp32.parity,
+        "argmax_agreement_vs_fp32_onnx": vs_fp32["argmax_agreement"],
+        "max_abs_diff_vs_fp32_onnx": vs_fp32["max_abs_diff"],
+        "min_argmax_agreement": INT8_MIN_AGREEMENT,
+    })
+    worst = min(vs_torch["argmax_agreement"], vs_fp32["argmax_agreement"])
+    if worst < INT8_MIN_AGREEMENT:
+        result_warnings.append(
+            f"int8 model agrees with the fp32 model on only {worst:.1%} of {rows} texts "
+            f"(max |logit difference| {vs_torch['max_abs_diff']:.3f}); consider the fp32 export")
+    return _fused_counts(final)
+
+
+def _size_notes(fp32_size: int, parameters: int) -> list[str]:
+    """A note when the fp32 file is far from 4 bytes a parameter (int8 is about a quarter of that)."""
     ratio = fp32_size / (4 * parameters) if parameters else 1.0
     if not 0.9 <= ratio <= 1.2:
-        notes.append(f"fp32 model.onnx is {ratio:.2f}x 4 bytes per parameter ({fp32_size} bytes, {parameters} parameters)")
+        return [f"fp32 model.onnx is {ratio:.2f}x 4 bytes per parameter ({fp32_size} bytes, {parameters} parameters)"]
+    return []
 
+
+def _copy_student_files(staging: Path, student: Path, tokenizer, labels: list[str]) -> None:
     (staging / "labels.json").write_text(json.dumps(labels, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     shutil.copy2(student / "config.json", staging / "config.json")
     _copy_tokenizer(student, staging, tokenizer)
-    from kamalcli.export.runtime import load_tokenizer as load_fast_tokenizer
+
+
+def _check_tokenizer_json(staging: Path, texts: list[str], batches: _Batches, parity_length: int,
+                          parity: dict[str, Any], result_warnings: list[str]) -> tuple[int, str]:
+    """The exported tokenizer.json's agreement with transformers, into `parity`; returns (pad_id, pad_token)."""
+    from kamalcli.export.runtime import load_fast_tokenizer
 
     fast_tokenizer, pad_id, pad_token, _, truncation_side = load_fast_tokenizer(staging)
     parity["tokenizer_agreement"] = _tokenizer_agreement(fast_tokenizer, truncation_side, texts, batches, parity_length)
@@ -501,39 +517,85 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
         result_warnings.append(
             f"tokenizer.json alone encodes {1 - parity['tokenizer_agreement']:.1%} of the parity texts differently "
             "from transformers; predictions outside kamal may differ")
-    shutil.rmtree(work)
+    return pad_id, pad_token
 
-    result = ExportResult(
-        path=out_dir, opset=opset, quantize=quantize, parity=parity, size_bytes=size, providers=providers,
-        fused_op_counts=counts, optimized=optimized, fp32_size_bytes=fp32_size,
-        parameters=parameters, inputs=names, labels=labels, notes=notes, warnings=result_warnings,
-    )
-    usage = _usage(names, pad_id, pad_token, max_length)
-    write_text_atomic(staging / "README.md",
-                      render_card(_card_fields(result, student, usage, card_fields)))
+
+def _write_manifest(staging: Path, result: ExportResult, student: Path, max_length: int) -> None:
+    """export.json: what was exported, how it was checked, and with which versions."""
     import onnxruntime
     import torch
     import transformers
 
     write_json_atomic(staging / "export.json", {
         "format": "onnx",
-        "opset": opset,
-        "quantize": quantize,
-        "parity": parity,
+        "opset": result.opset,
+        "quantize": result.quantize,
+        "parity": result.parity,
         "kamal_version": __version__,
-        "providers": providers,
-        "optimized": optimized,
-        "fused_ops": counts,
-        "inputs": names,
+        "providers": result.providers,
+        "optimized": result.optimized,
+        "fused_ops": result.fused_op_counts,
+        "inputs": result.inputs,
         "outputs": ["logits"],
         "max_length": max_length,
-        "num_labels": len(labels),
-        "parameters": parameters,
-        "sizes": {"model_onnx": size, "fp32_onnx": fp32_size},
+        "num_labels": len(result.labels),
+        "parameters": result.parameters,
+        "sizes": {"model_onnx": result.size_bytes, "fp32_onnx": result.fp32_size_bytes},
         "source": str(student),
         "versions": {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
                      "transformers": transformers.__version__},
-        "notes": notes,
-        "warnings": result_warnings,
+        "notes": result.notes,
+        "warnings": result.warnings,
     })
+
+
+def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str | None, texts: list[str],
+                 opset: int, optimize: bool, card_fields: dict | None) -> ExportResult:
+    """Fill `staging`: model.onnx checked against PyTorch, labels, config, tokenizer, card and manifest."""
+    from kamalcli.models.batching import token_limit
+    from kamalcli.models.loading import count_parameters
+
+    work = staging / ".work"
+    work.mkdir()
+    model, tokenizer, labels, names = _load_student(student)
+    notes: list[str] = []
+    result_warnings: list[str] = []
+    fp32 = _export_fp32(model, tokenizer, names, work, opset, optimize, notes)
+
+    # Parity of the fp32 model against PyTorch eager, on real texts with padding.
+    max_length = token_limit(model.config, tokenizer)
+    parity_length = min(PARITY_MAX_LENGTH, max_length)
+    batches = _encode(tokenizer, texts, names, parity_length, PARITY_BATCH)
+    reference = _torch_logits(model, batches)
+    _check_parity(fp32, batches, reference, len(texts), notes)
+    parity: dict[str, Any] = {
+        "rows": len(texts), "batch_size": PARITY_BATCH, "max_length": parity_length,
+        "padded_batches": batches.padded, "batches": len(batches.feeds), "reference": "pytorch eager fp32",
+        "tolerance": FP32_TOLERANCE, **fp32.parity,
+    }
+
+    fp32_size = fp32.path.stat().st_size
+    final = staging / "model.onnx"
+    if quantize == "int8":
+        counts = _quantize_checked(fp32, final, batches, reference, parity, len(texts), result_warnings)
+    else:
+        os.replace(fp32.path, final)
+        counts = fp32.counts
+    size = final.stat().st_size
+    parameters = count_parameters(model)
+    notes.extend(_size_notes(fp32_size, parameters))
+
+    _copy_student_files(staging, student, tokenizer, labels)
+    pad_id, pad_token = _check_tokenizer_json(staging, texts, batches, parity_length, parity, result_warnings)
+    shutil.rmtree(work)
+
+    result = ExportResult(
+        path=out_dir, opset=opset, quantize=quantize, parity=parity, size_bytes=size, providers=fp32.providers,
+        fused_op_counts=counts, optimized=fp32.optimized, fp32_size_bytes=fp32_size,
+        parameters=parameters, inputs=names, labels=labels, notes=notes, warnings=result_warnings,
+    )
+    usage = _usage(names, pad_id, pad_token, max_length)
+    write_text_atomic(staging / "README.md",
+                      render_card(_card_fields(result, student, usage, card_fields)))
+    _write_manifest(staging, result, student, max_length)
     return result

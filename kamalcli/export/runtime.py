@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from kamalcli.errors import KamalError, first_line
+from kamalcli.probs import softmax
 from kamalcli.runtime import cache_dir, cut_at_model_limit
 
 CPU = "CPUExecutionProvider"
@@ -121,7 +122,7 @@ def _token_text(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def load_tokenizer(folder: Path):
+def load_fast_tokenizer(folder: Path):
     """tokenizers.Tokenizer from tokenizer.json, with its baked padding/truncation cleared.
 
     Returns (tokenizer, pad_id, pad_token, padding_side, truncation_side).
@@ -152,12 +153,6 @@ def load_tokenizer(folder: Path):
     return tokenizer, pad_id, pad_token, padding_side, truncation_side
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 class OnnxClassifier:
     """A text classifier from an export folder: onnxruntime + tokenizers + numpy."""
 
@@ -174,7 +169,7 @@ class OnnxClassifier:
         config = _read_json(self.folder / "config.json") or {}
         self.max_positions: int | None = info.get("max_length") or config.get("max_position_embeddings")
         (self.tokenizer, self.pad_id, self.pad_token,
-         self.padding_side, self.truncation_side) = load_tokenizer(self.folder)
+         self.padding_side, self.truncation_side) = load_fast_tokenizer(self.folder)
         try:
             self.session = create_session(model, device, threads=threads)
         except KamalError:
@@ -217,9 +212,9 @@ class OnnxClassifier:
     def predict_word_proba(self, sentences: Sequence[Sequence[str]], batch_size: int = 32,
                            max_length: int = 128) -> np.ndarray:
         """A token classifier's tag probabilities per word (n, W, |Y|), each word read where kamal trained it
-        (kamalcli/word_alignment.py); words cut by max_length are O."""
-        from kamalcli.prediction import word_probabilities
-        from kamalcli.word_alignment import BOUNDARY, first_positions, max_words
+        (kamalcli/models/words.py); words cut by max_length are O."""
+        from kamalcli.models.words import word_probabilities
+        from kamalcli.models.words import BOUNDARY, first_positions, max_words
 
         sentences = [list(s) or ["."] for s in sentences]
         if self.max_positions and max_length > int(self.max_positions):
@@ -244,7 +239,7 @@ class OnnxClassifier:
         return word_probabilities(logits, seen, self.labels)
 
     def predict_proba(self, texts: Sequence[str], batch_size: int = 32, max_length: int = 128) -> np.ndarray:
-        return _softmax(self.predict_logits(texts, batch_size=batch_size, max_length=max_length))
+        return softmax(self.predict_logits(texts, batch_size=batch_size, max_length=max_length))
 
     def predict(self, texts: Sequence[str], batch_size: int = 32, max_length: int = 128) -> list[str]:
         if not len(texts):

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from kamalcli.errors import KamalError
-from kamalcli.fsutil import ensure_writable_dir
+from kamalcli.files import ensure_writable_dir, publish_dir, removed_on_failure
 
 PARITY_ROWS = 256
 
 
 def parity_texts(store, student) -> list[str]:
     """Real texts for the parity check: labelled eval rows first, then the transfer rows."""
-    from kamalcli.data import load_dataset_rows
+    from kamalcli.data.text import load_dataset_rows
 
-    from kamalcli.token_data import load_token_rows
+    from kamalcli.data.tokens import load_token_rows
 
     task = getattr(student, "task", "sequence")
     datasets = [d for d in store.datasets(role="eval") if d.task == task]
@@ -89,7 +90,7 @@ def _base_for_people(base: str) -> str:
 
 def hub_metadata(store, student, latest: dict[str, dict], transfer: str | None) -> dict:
     """What the Hub reads from a card: base_model, license (when the base declares one), datasets, model-index."""
-    from kamalcli.assets import hub_id_of
+    from kamalcli.models.bases import hub_id_of
 
     root = student  # an extended student's base is its first ancestor's
     while root.parent and (parent := store.find_student(root.parent)) is not None and parent.id != root.id:
@@ -186,10 +187,9 @@ def export_student(workspace, store, student, *, quantize: str | None, out: str 
                    opset: int = 17):
     """Returns (export record, ExportResult)."""
     from kamalcli.export.onnx import export_onnx
-    from kamalcli.prediction import student_folder
-    from kamalcli.runs import recorded_run
+    from kamalcli.workspace.runs import recorded_run
 
-    folder = student_folder(student)
+    folder = student.folder
     target = Path(out).expanduser().resolve() if out else \
         workspace.artifact_dir("exports") / (student.name + (f"-{quantize}" if quantize else ""))
     check_target(workspace, store, target, force)
@@ -205,3 +205,28 @@ def export_student(workspace, store, student, *, quantize: str | None, out: str 
         run.result = {"path": str(target), "size_bytes": result.size_bytes, "parity": result.parity,
                       "fused_ops": result.fused_op_counts, "warnings": result.warnings, "notes": result.notes}
     return record, result
+
+
+def export_hf(workspace, store, student, *, out: str | None, force: bool) :
+    """The student as a Hugging Face folder, checked through transformers.pipeline."""
+    from kamalcli.export.hf import CHECK_ROWS, write_hf_folder
+    from kamalcli.workspace.runs import recorded_run
+
+    folder = student.folder
+    target = Path(out).expanduser().resolve() if out else workspace.artifact_dir("exports") / f"{student.name}-hf"
+    check_target(workspace, store, target, force)
+    ensure_writable_dir(target.parent)
+    texts = parity_texts(store, student)[:CHECK_ROWS]
+    fields = card_fields(store, student)
+    params = {"student": student.name, "format": "hf", "out": str(target)}
+    with recorded_run(store, "export", student.name, params) as run:
+        staging = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        with removed_on_failure(staging):
+            result = write_hf_folder(staging, folder, student, texts, fields)
+            check_target(workspace, store, target, force)  # it may have appeared while we worked
+            publish_dir(staging, target)
+        result.path = target
+        run.result = result.as_json()
+    return result

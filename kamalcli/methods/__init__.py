@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from kamalcli.errors import KamalError
 from kamalcli.methods.base import FeatureContext, Method, Objective, Options, TeacherOutputs
 from kamalcli.methods import feature_options as fo
-from kamalcli.methods import output_level as ol
-from kamalcli.methods import token_level as tl
+from kamalcli.methods import muki, uhc, vanilla_kd
 
 REGISTRY: dict[str, Method] = {}
 
@@ -34,16 +33,17 @@ class NoOptions(Options):
 
 register(Method("muki-hard", "each row learns from the most certain teacher (score=auto: the score chosen without "
                               "labels; paper=true: MC dropout); rows re-weighted by the certainty margin",
-                ol.MukiHardOptions, ol.build_muki_hard, paper="Li et al., EMNLP 2022", confidences=True,
-                token_build=tl.build_token_muki_hard))
+                muki.MukiHardOptions, muki.build_muki_hard, paper="Li et al., EMNLP 2022", confidences=True,
+                token_build=muki.build_token_muki_hard))
 register(Method("muki-soft", "each row learns from all teachers, weighted by softmax(certainty / tau) "
                               "(paper=true: MC dropout); margin re-weighting",
-                ol.MukiSoftOptions, ol.build_muki_soft, paper="Li et al., EMNLP 2022", confidences=True,
-                token_build=tl.build_token_muki_soft))
+                muki.MukiSoftOptions, muki.build_muki_soft, paper="Li et al., EMNLP 2022", confidences=True,
+                token_build=muki.build_token_muki_soft))
 register(Method("vanilla-kd", "the student matches softmax over all teachers' concatenated logits",
-                ol.KDOptions, ol.build_vanilla_kd, paper="Hinton et al., 2015", token_build=tl.build_token_vanilla_kd))
+                vanilla_kd.KDOptions, vanilla_kd.build_vanilla_kd, paper="Hinton et al., 2015",
+                token_build=vanilla_kd.build_token_vanilla_kd))
 register(Method("uhc", "the student's probabilities, renormalised over each teacher's labels, match that teacher",
-                ol.UHCOptions, ol.build_uhc, paper="Vongkulbhisal et al., CVPR 2019", token_build=tl.build_token_uhc))
+                uhc.UHCOptions, uhc.build_uhc, paper="Vongkulbhisal et al., CVPR 2019", token_build=uhc.build_token_uhc))
 
 
 def _feature_method(name: str, module: str, options: type, build: str, summary: str, paper: str, features: str,

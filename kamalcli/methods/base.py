@@ -20,38 +20,8 @@ from typing import Callable
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.labels import LabelSpace
+from kamalcli.probe.outputs import TeacherOutputs
 from kamalcli.train.objective import Objective
-
-
-@dataclass(frozen=True)
-class TeacherOutputs:
-    """N teachers' cached outputs on the same n rows."""
-
-    space: LabelSpace
-    teachers: tuple[str, ...]
-    logits: tuple[np.ndarray, ...]        # per teacher, (n, k_i)
-    confidence: dict[str, np.ndarray]     # score name -> (n, N): higher = more sure the row is the teacher's
-    rmd_sources: tuple = ()               # per teacher, where its RMD fit came from (score=auto reads it)
-
-    @property
-    def num_rows(self) -> int:
-        return self.logits[0].shape[0]
-
-    def probs(self, i: int, temperature: float = 1.0) -> np.ndarray:
-        z = self.logits[i].astype(np.float64) / temperature
-        z -= z.max(axis=1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(axis=1, keepdims=True)
-
-    def padded(self, i: int, temperature: float = 1.0) -> np.ndarray:
-        return self.space.pad(self.teachers[i], self.probs(i, temperature))
-
-    def score(self, name: str) -> np.ndarray:
-        if name not in self.confidence:
-            available = ", ".join(sorted(self.confidence))
-            raise KamalError(f"confidence score {name!r} is not available here (available: {available})")
-        return self.confidence[name]
 
 
 @dataclass

@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from kamalcli.methods.base import FeatureContext, Objective, require
-from kamalcli.methods.feature_level import FeatureAuxiliary, teacher_features
+from kamalcli.methods.features import FeatureAuxiliary, teacher_features
 from kamalcli.methods.losses import masked_mse, mmd_rbf
 from kamalcli.methods.feature_options import CFLOptions
-from kamalcli.methods.output_level import build_vanilla_kd
+from kamalcli.methods.vanilla_kd import build_vanilla_kd
 
 
 def _mlp(a: int, b: int, c: int) -> nn.Sequential:

@@ -72,8 +72,8 @@ def _loss(teachers: int):
 
 def co_finetune(context: FeatureContext, options, gold: np.ndarray):
     """Returns (the cached outputs with the co-finetuned teachers' logits, their encoders)."""
-    from kamalcli.modeling import load_classifier
-    from kamalcli.train.evaluate import predict_logits
+    from kamalcli.models.loading import load_classifier
+    from kamalcli.models.inference import predict_logits
 
     sources = context.sources
     shapes = sources.shapes()

@@ -14,12 +14,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kamalcli.features import aligned_layer
+from kamalcli.methods.features import FeatureAuxiliary, aligned_layer, teacher_features
 from kamalcli.methods.base import FeatureContext, Objective
 from kamalcli.methods.feature_options import DFAOptions
-from kamalcli.methods.feature_level import FeatureAuxiliary, teacher_features
 from kamalcli.methods.losses import masked_mse
-from kamalcli.methods.output_level import build_vanilla_kd
+from kamalcli.methods.vanilla_kd import build_vanilla_kd
 
 
 class DFAAuxiliary(FeatureAuxiliary):

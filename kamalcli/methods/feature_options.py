@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kamalcli.methods.base import Options, require
-from kamalcli.methods.output_level import KDOptions, Score
+from kamalcli.methods.vanilla_kd import KDOptions
+from kamalcli.probe.scores import Score
 
 Source = Literal["tokens", "pooled"]  # tokens: teachers run in the loop; pooled: the probe cache
 

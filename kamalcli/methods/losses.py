@@ -52,3 +52,44 @@ def mmd_rbf(x: torch.Tensor, y: torch.Tensor, scales=MMD_SCALES) -> torch.Tensor
 
 def entropy(probs: torch.Tensor) -> torch.Tensor:
     return -(torch.xlogy(probs, probs)).sum(dim=-1)
+
+
+def kl_loss(temperature: float):
+    """The loss of a method whose arrays hold a per-row `target` distribution: KL(target || student / T)."""
+
+    def loss(logits, batch):
+        return kl_to_target(logits, batch["target"], temperature)
+
+    return loss
+
+
+# -- per word (token level): the student is read at each word's first sub-token ("positions")
+
+def word_kl_loss(temperature: float):
+    """Per sentence: the mean over its words of word_weight * KL(target || student at the word's first sub-token)."""
+
+    def loss(logits, batch):
+        from kamalcli.models.words import gather_words
+
+        kl = kl_to_target(gather_words(logits, batch["positions"]), batch["target"], temperature)
+        return mean_over_words(kl, batch)
+
+    return loss
+
+
+def word_cross_entropy(logits, batch):
+    """Supervised per-word loss (train-teacher, the upper bound): gold tag ids, -1 where no word."""
+    from kamalcli.models.words import gather_words
+
+    words = gather_words(logits, batch["positions"]).float()
+    gold = batch["tags"]
+    ce = F.cross_entropy(words.transpose(1, 2), gold.clamp(min=0), reduction="none")  # (B, W)
+    valid = (gold >= 0) & (batch["positions"] >= 0)
+    return (ce * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
+
+
+def mean_over_words(per_word, batch):
+    """(B, W) -> (B,): the weighted sum over the words the student sees and the teachers saw, divided by their number."""
+    counted = batch["word_mask"] * (batch["positions"] >= 0)
+    weight = counted * batch["word_weight"] if "word_weight" in batch else counted
+    return (per_word * weight).sum(dim=1) / counted.sum(dim=1).clamp(min=1)

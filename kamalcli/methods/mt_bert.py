@@ -24,11 +24,11 @@ import torch
 from torch import nn
 
 from kamalcli.errors import KamalError
-from kamalcli.features import aligned_layer
+from kamalcli.methods.features import FeatureAuxiliary, aligned_layer, teacher_features
 from kamalcli.methods.base import FeatureContext, Objective, gold_over_one_label_set
 from kamalcli.methods.feature_options import MTBertOptions
-from kamalcli.methods.feature_level import FeatureAuxiliary, teacher_features
 from kamalcli.methods.losses import cross_entropy, kl_to_target, masked_mse
+from kamalcli.probs import entropy
 
 
 class MTBertAuxiliary(FeatureAuxiliary):
@@ -45,10 +45,6 @@ class MTBertAuxiliary(FeatureAuxiliary):
         for w, (i, j, layer) in zip(self.maps, self.pairs):
             total = total + masked_mse(self.student(view, j), w(self.teacher(batch, i, layer)), mask)
         return self.weight * total
-
-
-def _entropy(p: np.ndarray) -> np.ndarray:
-    return -(p * np.log(np.clip(p, 1e-30, None))).sum(axis=1)
 
 
 def _output_term(context: FeatureContext, options: MTBertOptions):
@@ -71,7 +67,7 @@ def _output_term(context: FeatureContext, options: MTBertOptions):
         return arrays, loss, {"variant": "paper (gold labels)", "mean_teacher_weight": arrays["w"].mean(axis=0).round(4).tolist()}
 
     blocks = [np.asarray(outputs.space.blocks[t]) for t in outputs.teachers]
-    arrays["w"] = np.stack([1.0 / (1.0 + _entropy(outputs.probs(i))) for i in range(N)], axis=1).astype(np.float32)
+    arrays["w"] = np.stack([1.0 / (1.0 + entropy(outputs.probs(i), axis=1)) for i in range(N)], axis=1).astype(np.float32)
 
     def loss(logits, batch):
         total = 0

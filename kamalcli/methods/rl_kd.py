@@ -224,7 +224,7 @@ def _state_columns(context: FeatureContext, options: RLKDOptions, gold: np.ndarr
 
 
 def build_rl_kd(context: FeatureContext, options: RLKDOptions) -> Objective:
-    from kamalcli.methods.output_level import hard_target
+    from kamalcli.methods.muki import hard_target
 
     outputs = context.outputs
     N, T = len(outputs.teachers), options.temperature

@@ -32,9 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from kamalcli.errors import KamalError
-from kamalcli.features import aligned_layer, feature_key
+from kamalcli.methods.features import FeatureAuxiliary, aligned_layer, feature_key, teacher_features
 from kamalcli.methods.base import FeatureContext, Objective
-from kamalcli.methods.feature_level import FeatureAuxiliary, teacher_features
 from kamalcli.methods.feature_options import StrataNetOptions
 from kamalcli.methods.losses import kl_to_target, masked_mse
 
@@ -122,7 +121,7 @@ def _block_features(arrays: dict, i: int, layers: tuple[int, ...], rows=None) ->
 def fit_rows(context: FeatureContext, options: StrataNetOptions) -> tuple[list[np.ndarray], list[np.ndarray], str]:
     """Per teacher: the rows its RMD Gaussians are fitted on and their class ids, and where they came from."""
     from kamalcli.probe.runner import on_steered_class
-    from kamalcli.synthesis import steered_rows
+    from kamalcli.data.text import steered_rows
 
     outputs = context.outputs
     rng = np.random.default_rng(context.seed)
@@ -154,7 +153,7 @@ def fit_rows(context: FeatureContext, options: StrataNetOptions) -> tuple[list[n
 def rmd_confidences(arrays: dict, blocks: list[list[tuple[int, ...]]], rows: list[np.ndarray],
                     labels: list[np.ndarray], n: int) -> np.ndarray:
     """(n, N, blocks): each teacher's RMD confidence per block as its percentile over the rows."""
-    from kamalcli.methods.output_level import per_teacher_rank
+    from kamalcli.probe.selection import per_teacher_rank
     from kamalcli.probe.rmd import fit_rmd
 
     teachers = len(rows)
@@ -170,7 +169,7 @@ def rmd_confidences(arrays: dict, blocks: list[list[tuple[int, ...]]], rows: lis
 
 
 def build_stratanet(context: FeatureContext, options: StrataNetOptions) -> Objective:
-    from kamalcli.methods.output_level import softmax
+    from kamalcli.probs import softmax
 
     shapes = context.sources.shapes()
     depth = context.student_depth

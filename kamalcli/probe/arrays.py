@@ -9,17 +9,19 @@ from pathlib import Path
 import numpy as np
 
 from kamalcli.errors import KamalError
+from kamalcli.probs import softmax
+from kamalcli.settings import PROBE, WORKSPACE
 
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    mc_samples: int = 16
-    dropout: float | None = None   # None: the teacher's own dropout rates
-    max_length: int = 128
+    mc_samples: int = PROBE.mc_samples
+    dropout: float | None = PROBE.dropout  # None: the teacher's own dropout rates
+    max_length: int = PROBE.max_length
     layers: tuple[int, ...] = ()   # hidden-state indices to pool for RMD (0 = embeddings)
-    seed: int = 0
+    seed: int = WORKSPACE.seed
     feature_dtype: str = "float32"  # float16 for the features feature-level methods read per batch
-    mc_exact: bool = False         # K full fp32 passes of every row (the paper's estimator)
+    mc_exact: bool = PROBE.mc_exact  # K full fp32 passes of every row (the paper's estimator)
     mc_tolerance: float = 0.03     # adaptive: a row stops once its confidence is this close (probe/adaptive.py)
     mc_min_passes: int = 2         # adaptive: passes every row takes before it may stop
 
@@ -86,7 +88,4 @@ class ProbeArrays:
         return cls(load("logits.npy"), load("mc_probs.npy"), features)
 
     def probs(self, temperature: float = 1.0) -> np.ndarray:
-        z = np.asarray(self.logits, dtype=np.float64) / temperature
-        z -= z.max(axis=1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(axis=1, keepdims=True)
+        return softmax(np.asarray(self.logits, dtype=np.float64) / temperature, axis=1)

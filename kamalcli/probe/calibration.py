@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from kamalcli.probs import entropy as probs_entropy, normalised_entropy
+
 EPS = 1e-12
 
 
 def entropy(probs: np.ndarray) -> np.ndarray:
     """Row-wise Shannon entropy (nats) of (n, k) distributions."""
-    p = np.clip(np.asarray(probs, dtype=np.float64), EPS, 1.0)
-    return -(np.asarray(probs, dtype=np.float64) * np.log(p)).sum(axis=1)
+    return probs_entropy(np.asarray(probs, dtype=np.float64), axis=1, floor=EPS)
 
 
 def entropy_from_logits(logits: np.ndarray) -> np.ndarray:
@@ -24,10 +25,7 @@ def entropy_from_logits(logits: np.ndarray) -> np.ndarray:
 
 def normalised_uncertainty(probs: np.ndarray) -> np.ndarray:
     """H(p) / log k in [0, 1]; 0 for a single-class teacher (it cannot be unsure)."""
-    k = probs.shape[1]
-    if k < 2:
-        return np.zeros(probs.shape[0])
-    return entropy(probs) / np.log(k)
+    return normalised_entropy(np.asarray(probs, dtype=np.float64), axis=1, floor=EPS)
 
 
 def reliability_bins(confidence, correct, bins: int = 15):

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from kamalcli.modeling import disable_mc_dropout, enable_mc_dropout
+from kamalcli.models.loading import disable_mc_dropout, enable_mc_dropout
 
 _LOWEST = -(2 ** 15)
 

@@ -19,7 +19,7 @@ def row_scores(arrays: ProbeArrays) -> dict[str, np.ndarray]:
         "pred": probs.argmax(axis=1),
         "max_prob": probs.max(axis=1),
         "entropy": h,
-        "uhat": h / np.log(k) if k > 1 else np.zeros_like(h),
+        "uhat": h / np.log(k) if k > 1 else np.zeros_like(h),  # from the float64 log-softmax entropy above
         "mc_pred": mc.argmax(axis=1),
         "mc_max_prob": mc.max(axis=1),
         "mc_entropy": entropy(mc),

@@ -21,15 +21,16 @@ the difference between K = 8 and K = 16.)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from kamalcli.batching import Encoded, inference_batches
+from kamalcli.models.batching import Encoded, inference_batches
 from kamalcli.errors import KamalError
-from kamalcli.modeling import disable_mc_dropout, enable_mc_dropout
+from kamalcli.models.loading import disable_mc_dropout, enable_mc_dropout
 from kamalcli.probe.adaptive import adaptive_mc_mean
 from kamalcli.probe.dropout_masks import dropout_passes
 from kamalcli.probe.arrays import ProbeSettings
@@ -63,6 +64,66 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
 
 
+def _row_groups(encoded: Encoded, batch_size: int, out_dir: Path,
+                part: tuple[int, int] | None) -> tuple[list[list[np.ndarray]], np.ndarray]:
+    """(the batch groups this process computes, where each row's results go in out_dir's arrays: -1 for
+    another rank's rows). With a part, this rank's rows are written to rows.npy."""
+    batches = list(inference_batches(encoded.lengths, batch_size))
+    groups = [batches[i : i + GROUP_BATCHES] for i in range(0, len(batches), GROUP_BATCHES)]
+    local = np.arange(len(encoded))  # where each row's results go in this folder's arrays
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if part is not None:
+        rank, processes = part
+        groups = groups[rank::processes]
+        mine = np.concatenate([row for group in groups for row in group]) if groups else np.zeros(0, dtype=np.int64)
+        np.save(out_dir / "rows.npy", mine)
+        local = np.full(len(encoded), -1, dtype=np.int64)
+        local[mine] = np.arange(len(mine))
+    return groups, local
+
+
+@dataclass
+class _Outputs:
+    """The probe's arrays: .npy files mapped into memory, filled batch by batch."""
+    logits: np.ndarray
+    mc: np.ndarray
+    features: dict[int, np.ndarray]
+
+    @classmethod
+    def open(cls, out_dir: Path, n: int, config, settings: ProbeSettings) -> "_Outputs":
+        open_array = np.lib.format.open_memmap
+        num_classes = config.num_labels
+        logits_out = open_array(out_dir / "logits.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
+        mc_out = open_array(out_dir / "mc_probs.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
+        hidden = config.hidden_size
+        features_out = {
+            layer: open_array(out_dir / f"features-L{layer}.npy", mode="w+", dtype=np.dtype(settings.feature_dtype),
+                              shape=(n, hidden))
+            for layer in settings.layers
+        }
+        return cls(logits_out, mc_out, features_out)
+
+    def flush(self) -> None:
+        for array in (self.logits, self.mc, *self.features.values()):
+            array.flush()
+
+
+def _batch_pass(model, batch: dict[str, torch.Tensor], at: np.ndarray, settings: ProbeSettings, outputs: _Outputs,
+                adaptive: bool, mode: str, device: str) -> None:
+    """A batch's deterministic pass (logits, pooled features) and, unless adaptive, its MC probabilities."""
+    k = settings.mc_samples
+    out = model(**batch, output_hidden_states=bool(settings.layers))
+    logits = out.logits.float()
+    outputs.logits[at] = logits.cpu().numpy()
+    for layer, array in outputs.features.items():
+        array[at] = mean_pool(out.hidden_states[layer].float(), batch["attention_mask"]).cpu().numpy()
+    if k == 1:
+        outputs.mc[at] = torch.softmax(logits, dim=-1).cpu().numpy()
+    elif not adaptive:
+        with dropout_passes(model, settings.dropout, device):
+            outputs.mc[at] = _mc_mean(model, batch, k, mode).cpu().numpy()
+
+
 def run_teacher(
     model: torch.nn.Module,
     encoded: Encoded,
@@ -81,28 +142,10 @@ def run_teacher(
     process forms the same batches, so each row is computed exactly as one
     process would), their rows in rows.npy; dropout masks seeded seed + rank.
     """
-    batches = list(inference_batches(encoded.lengths, batch_size))
-    groups = [batches[i : i + GROUP_BATCHES] for i in range(0, len(batches), GROUP_BATCHES)]
-    local = np.arange(len(encoded))  # where each row's results go in this folder's arrays
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if part is not None:
-        rank, processes = part
-        groups = groups[rank::processes]
-        mine = np.concatenate([row for group in groups for row in group]) if groups else np.zeros(0, dtype=np.int64)
-        np.save(out_dir / "rows.npy", mine)
-        local = np.full(len(encoded), -1, dtype=np.int64)
-        local[mine] = np.arange(len(mine))
+    groups, local = _row_groups(encoded, batch_size, out_dir, part)
     n = int((local >= 0).sum())
     num_classes = model.config.num_labels
-    open_array = np.lib.format.open_memmap
-    logits_out = open_array(out_dir / "logits.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
-    mc_out = open_array(out_dir / "mc_probs.npy", mode="w+", dtype=np.float32, shape=(n, num_classes))
-    hidden = model.config.hidden_size
-    features_out = {
-        layer: open_array(out_dir / f"features-L{layer}.npy", mode="w+", dtype=np.dtype(settings.feature_dtype),
-                          shape=(n, hidden))
-        for layer in settings.layers
-    }
+    outputs = _Outputs.open(out_dir, n, model.config, settings)
     model.to(device)
     disable_mc_dropout(model)  # the deterministic pass; dropout_passes samples and restores eval mode
     torch.manual_seed(settings.seed + (part[0] if part else 0))
@@ -112,29 +155,18 @@ def run_teacher(
     with torch.inference_mode():
         for group in groups:
             for index in group:
-                batch = encoded.batch(index, device)
-                at = local[index]
-                out = model(**batch, output_hidden_states=bool(settings.layers))
-                logits = out.logits.float()
-                logits_out[at] = logits.cpu().numpy()
-                for layer, array in features_out.items():
-                    array[at] = mean_pool(out.hidden_states[layer].float(), batch["attention_mask"]).cpu().numpy()
-                if k == 1:
-                    mc_out[at] = torch.softmax(logits, dim=-1).cpu().numpy()
-                elif not adaptive:
-                    with dropout_passes(model, settings.dropout, device):
-                        mc_out[at] = _mc_mean(model, batch, k, mode).cpu().numpy()
+                _batch_pass(model, encoded.batch(index, device), local[index], settings, outputs, adaptive, mode,
+                            device)
                 if not adaptive:
                     advance(len(index))
             if adaptive:
                 rows = np.concatenate(group)
                 mean, taken = _adaptive_rows(model, encoded, rows, settings, device, batch_size, num_classes)
-                mc_out[local[rows]] = mean.numpy().astype(np.float32)
+                outputs.mc[local[rows]] = mean.numpy().astype(np.float32)
                 passes[local[rows]] = taken
                 advance(len(rows))
-    for array in (logits_out, mc_out, *features_out.values()):
-        array.flush()
-    del logits_out, mc_out, features_out
+    outputs.flush()
+    del outputs
     np.save(out_dir / "mc_passes.npy", passes)
     return {
         "mc_estimator": "adaptive" if adaptive else ("exact" if k > 1 else "none"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.probe.selection import percentile
+from kamalcli.probs import percentile, softmax
 
 DEFAULT_ENCODER = "minilm-l6"
 TEMPERATURE = 0.05
@@ -41,10 +41,7 @@ def teacher_shares(vectors: np.ndarray, prototypes: np.ndarray, owns: np.ndarray
 
     owns: (labels, N) booleans, label c is one of teacher i's (a label two teachers know counts for both)."""
     logits = _unit(np.asarray(vectors, dtype=np.float64)) @ prototypes.T / temperature
-    logits -= logits.max(axis=1, keepdims=True)
-    probs = np.exp(logits)
-    probs /= probs.sum(axis=1, keepdims=True)
-    return probs @ np.asarray(owns, dtype=np.float64)
+    return softmax(logits, axis=1) @ np.asarray(owns, dtype=np.float64)
 
 
 def fused(rmd: np.ndarray, prototype: np.ndarray) -> np.ndarray:
@@ -69,8 +66,8 @@ def label_owners(teachers) -> tuple[list[str], np.ndarray]:
 def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
                      say=print) -> np.ndarray:
     """(rows of dataset, teachers): the prototype score, prototypes from fit_dataset's labelled rows."""
-    from kamalcli.data import load_dataset_rows
-    from kamalcli.representation import sentence_vectors
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.probe.encoder import sentence_vectors
 
     names, owns = label_owners(teachers)
     fit_texts, fit_labels = load_dataset_rows(fit_dataset)

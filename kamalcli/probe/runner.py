@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,9 +18,10 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.labels import label_indices
+from kamalcli.settings import PROBE, WORKSPACE
 from kamalcli.probe.arrays import ProbeArrays, ProbeSettings, default_layers
 from kamalcli.probe.figures import row_scores, rmd_split_means, selection_table, summarize
-from kamalcli.synthesis import is_generated
+from kamalcli.data.text import is_generated
 
 PSEUDO_CONFIDENCE = 0.9  # max probability above which a transfer row counts as in-distribution
 PSEUDO_MIN_SHARE = 0.1   # ...but at least this share of rows, the most confident ones
@@ -65,12 +65,12 @@ def _digest(data) -> str:
 class ProbeRequest:
     """What the user asked for; per-teacher settings are derived from it."""
 
-    mc_samples: int = 16
-    dropout: float | None = None
-    max_length: int = 128
+    mc_samples: int = PROBE.mc_samples
+    dropout: float | None = PROBE.dropout
+    max_length: int = PROBE.max_length
     layers: str = "default"  # "default", "all" or "3,6"
-    seed: int = 0
-    mc_exact: bool = False
+    seed: int = WORKSPACE.seed
+    mc_exact: bool = PROBE.mc_exact
 
     @property
     def options_key(self) -> str:
@@ -188,18 +188,40 @@ class Runner:
         return ([exact] if exact is not None else []) + others
 
     def _compute(self, teacher, dataset, settings: ProbeSettings, key: str):
-        from kamalcli import distributed
-        from kamalcli.batching import encode
-        from kamalcli.data import load_dataset_rows
-        from kamalcli.fsutil import publish_dir, write_json_atomic
-        from kamalcli.modeling import load_classifier, load_tokenizer
-        from kamalcli.probe.mc_dropout import check_dropout, pick_mode, run_teacher
-        from kamalcli.probe.shards import ProbeShard
-        from kamalcli.progress import progress_bar
-        from kamalcli.teachers import weights_fingerprint
+        from kamalcli.files import publish_dir, removed_on_failure
+        from kamalcli.probe.mc_dropout import pick_mode
 
         if self.read_only:
             raise KamalError(f"internal: probe of {teacher.name} on {dataset.name} missing on a worker process")
+        folder, texts, labels, model, encoded = self._load_pair(teacher, dataset, settings)
+        from kamalcli.runtime import resolve_device
+
+        self.device = resolve_device(self.device)
+        mode = pick_mode(self.mode, self.device)
+        staging = self.workspace.tmp_dir()
+        started = time.perf_counter()
+        with removed_on_failure(staging):
+            passes = self._passes(teacher, dataset, settings, folder, model, encoded, len(texts), staging, mode)
+            seconds = time.perf_counter() - started
+            rows, summary = self._summarize_staged(teacher, dataset, settings, staging, mode, seconds, passes,
+                                                   labels, len(texts))
+            final = self.workspace.artifact_dir("probes") / key[:32]
+            publish_dir(staging, final)
+        return self.store.add_probe(
+            rows, teacher_id=teacher.id, dataset_id=dataset.id, key=key,
+            options_key=self.options_key, options=settings.cache_fields(), path=str(final),
+            num_rows=len(texts), summary=summary, seconds=seconds, run_id=self.run_id,
+        )
+
+    def _load_pair(self, teacher, dataset, settings: ProbeSettings):
+        """(folder, texts, labels, model, encoded texts) of a pair, once the teacher is checked to be
+        the one registered."""
+        from kamalcli.models.batching import encode
+        from kamalcli.data.text import load_dataset_rows
+        from kamalcli.models.loading import load_classifier, load_tokenizer
+        from kamalcli.probe.mc_dropout import check_dropout
+        from kamalcli.models.folder import weights_fingerprint
+
         folder = Path(teacher.path)
         if not folder.is_dir():
             raise KamalError(f"teacher {teacher.name}'s folder is gone: {folder}")
@@ -214,49 +236,48 @@ class Runner:
             raise KamalError(f"teacher {teacher.name} now has {model.config.num_labels} classes, not {len(teacher.labels)}")
         check_dropout(model, settings, teacher.name)
         encoded = encode(load_tokenizer(folder), texts, settings.max_length, config=model.config)
-        from kamalcli.runtime import resolve_device
+        return folder, texts, labels, model, encoded
 
-        self.device = resolve_device(self.device)
-        mode = pick_mode(self.mode, self.device)
-        staging = self.workspace.tmp_dir()
-        started = time.perf_counter()
-        try:
-            how = "adaptive, at most " if settings.adaptive else ""
-            label = f"probe {teacher.name} on {dataset.name} (K={how}{settings.mc_samples})"
-            with progress_bar(len(texts), label) as bar:
-                world = distributed.current()
-                if world.distributed:
-                    kind = "cpu" if self.device == "cpu" else "cuda"  # each rank resolves its own GPU
-                    shard = ProbeShard(str(folder), dataset, settings, str(staging), kind, self.batch_size, mode)
-                    world.dispatch(shard)
-                    passes = shard.run(world, model, encoded, advance=bar.advance)
-                    bar.advance(len(texts) - bar.done)  # the other ranks' rows
-                else:
-                    passes = run_teacher(model, encoded, settings, staging, device=self.device,
-                                         batch_size=self.batch_size, mode=mode, advance=bar.advance)
-            seconds = time.perf_counter() - started
-            write_json_atomic(staging / "meta.json", {
-                "teacher": teacher.name, "fingerprint": teacher.fingerprint, "dataset": dataset.name,
-                "content_hash": dataset.content_hash, "settings": settings.cache_fields(),
-                "layers": list(settings.layers), "labels": list(teacher.labels), "rows": len(texts),
-                "mode": mode, "device": self.device, "batch_size": self.batch_size, "seconds": seconds, **passes,
-            })
-            arrays = ProbeArrays.load(staging)
-            rows = row_scores(arrays)
-            summary = summarize(rows, teacher.labels, labels)
-            summary["examples_per_second"] = len(texts) / max(seconds, 1e-9)
-            summary.update(passes)
-            final = self.workspace.artifact_dir("probes") / key[:32]
-            del arrays
-            publish_dir(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return self.store.add_probe(
-            rows, teacher_id=teacher.id, dataset_id=dataset.id, key=key,
-            options_key=self.options_key, options=settings.cache_fields(), path=str(final),
-            num_rows=len(texts), summary=summary, seconds=seconds, run_id=self.run_id,
-        )
+    def _passes(self, teacher, dataset, settings: ProbeSettings, folder: Path, model, encoded, total: int,
+                staging: Path, mode: str) -> dict:
+        """The teacher's passes over the data into `staging`, on this process or shared among the ranks."""
+        from kamalcli import distributed
+        from kamalcli.probe.mc_dropout import run_teacher
+        from kamalcli.probe.shards import ProbeShard
+        from kamalcli.progress import progress_bar
+
+        how = "adaptive, at most " if settings.adaptive else ""
+        label = f"probe {teacher.name} on {dataset.name} (K={how}{settings.mc_samples})"
+        with progress_bar(total, label) as bar:
+            world = distributed.current()
+            if world.distributed:
+                kind = "cpu" if self.device == "cpu" else "cuda"  # each rank resolves its own GPU
+                shard = ProbeShard(str(folder), dataset, settings, str(staging), kind, self.batch_size, mode)
+                world.dispatch(shard)
+                passes = shard.run(world, model, encoded, advance=bar.advance)
+                bar.advance(total - bar.done)  # the other ranks' rows
+            else:
+                passes = run_teacher(model, encoded, settings, staging, device=self.device,
+                                     batch_size=self.batch_size, mode=mode, advance=bar.advance)
+        return passes
+
+    def _summarize_staged(self, teacher, dataset, settings: ProbeSettings, staging: Path, mode: str,
+                          seconds: float, passes: dict, labels, num_rows: int):
+        """meta.json written beside the staged arrays; (per-row scores, summary) of them."""
+        from kamalcli.files import write_json_atomic
+
+        write_json_atomic(staging / "meta.json", {
+            "teacher": teacher.name, "fingerprint": teacher.fingerprint, "dataset": dataset.name,
+            "content_hash": dataset.content_hash, "settings": settings.cache_fields(),
+            "layers": list(settings.layers), "labels": list(teacher.labels), "rows": num_rows,
+            "mode": mode, "device": self.device, "batch_size": self.batch_size, "seconds": seconds, **passes,
+        })
+        arrays = ProbeArrays.load(staging)
+        rows = row_scores(arrays)
+        summary = summarize(rows, teacher.labels, labels)
+        summary["examples_per_second"] = num_rows / max(seconds, 1e-9)
+        summary.update(passes)
+        return rows, summary
 
     # -- (2) relative Mahalanobis ---------------------------------------------------
     def fit_rmd(self, teacher, settings: ProbeSettings, probes: list, fit_dataset=None) -> dict | None:
@@ -298,7 +319,7 @@ class Runner:
         return note
 
     def _fit(self, teacher, settings: ProbeSettings, source: str, dataset, fit_key: str):
-        from kamalcli.fsutil import publish_dir
+        from kamalcli.files import publish_dir, removed_on_failure
         from kamalcli.probe.rmd import fit_rmd
 
         source_probe = self._features_probe(teacher, dataset, settings, replace(settings, mc_samples=1))
@@ -320,15 +341,12 @@ class Runner:
                 f"rows in {dataset.name} ({source}); give labelled data with --rmd-fit or use --no-rmd"
             )
         staging = self.workspace.tmp_dir()
-        try:
+        with removed_on_failure(staging):
             for layer in settings.layers:
                 features = np.asarray(arrays.features[layer])
                 fit_rmd(features[keep], local[keep], features[everything]).save(staging / f"rmd-L{layer}.npz")
             final = self.workspace.artifact_dir("probes") / f"rmd-{fit_key[:32]}"
             publish_dir(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return self.store.add_rmd_fit(teacher_id=teacher.id, key=fit_key, source=source, dataset_id=dataset.id,
                                       layers=list(settings.layers), num_rows=int(keep.sum()), path=str(final))
 
@@ -350,7 +368,7 @@ class Runner:
     def _label_free_candidates(self, teachers, probes: dict, rows: dict, dataset) -> dict[str, dict]:
         """energy, RMD compared per teacher (its percentile among its own rows), the prototype score and its
         fusion with RMD (when every RMD was fitted on one labelled dataset), and what score=auto picks here."""
-        from kamalcli.methods.output_level import per_teacher_rank
+        from kamalcli.probe.selection import per_teacher_rank
         from kamalcli.probe.auto_score import choose_score, energy
         from kamalcli.probe.figures import SCORES
 
@@ -393,7 +411,7 @@ class Runner:
 
     def _gold(self, dataset) -> list[str]:
         """A labelled dataset's gold labels, read once per run."""
-        from kamalcli.data import load_dataset_rows
+        from kamalcli.data.text import load_dataset_rows
 
         if dataset.id not in self._gold_labels:
             self._gold_labels[dataset.id] = load_dataset_rows(dataset)[1]

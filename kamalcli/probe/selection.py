@@ -12,26 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def rankdata(values: np.ndarray) -> np.ndarray:
-    """Average ranks, 1-based (ties share the mean of their ranks)."""
-    values = np.asarray(values, dtype=np.float64)
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), dtype=np.float64)
-    ranks[order] = np.arange(1, len(values) + 1)
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return sums[inverse] / counts[inverse]
-
-
-def percentile(scores: np.ndarray) -> np.ndarray:
-    """Unbounded scores (RMD distances) -> their rank among all (row, teacher) entries, in (0, 1].
-
-    One monotone map for every teacher, so which teacher is most confident does
-    not change; but margins and softmax(c / tau) become as well scaled as for
-    MC-dropout confidences, and a few far-out rows cannot dominate re-weighting.
-    """
-    return (rankdata(scores.ravel()) / scores.size).reshape(scores.shape)
+from kamalcli.probs import rankdata
 
 
 def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:
@@ -56,3 +37,14 @@ def selection_quality(confidence: np.ndarray, owns: np.ndarray) -> dict:
     chosen = np.argmax(confidence, axis=1)
     accuracy = float(owns[np.arange(len(chosen)), chosen].mean())
     return {"accuracy": accuracy, "auroc": auroc(confidence, owns), "rows": int(confidence.shape[0])}
+
+
+def per_teacher_rank(confidence: np.ndarray) -> np.ndarray:
+    """Each teacher's confidence -> its percentile among that teacher's own rows, in (0, 1].
+
+    A teacher that is less sure of everything (a distilled student acting as a
+    teacher, a small model) is otherwise out-voted on its own labels by a
+    sharper teacher that is over-confident out of its domain.
+    """
+    n = confidence.shape[0]
+    return np.stack([rankdata(confidence[:, i]) / n for i in range(confidence.shape[1])], axis=1)

@@ -54,9 +54,9 @@ class ProbeShard:
         return passes
 
     def _load(self):
-        from kamalcli.batching import encode
-        from kamalcli.data import load_dataset_rows
-        from kamalcli.modeling import load_classifier, load_tokenizer
+        from kamalcli.models.batching import encode
+        from kamalcli.data.text import load_dataset_rows
+        from kamalcli.models.loading import load_classifier, load_tokenizer
 
         texts, _ = load_dataset_rows(self.dataset)
         model = load_classifier(Path(self.teacher_folder))

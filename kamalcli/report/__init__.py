@@ -8,7 +8,7 @@ from pathlib import Path
 def write_html_report(workspace, store, path: Path) -> dict:
     """Gather, render and write atomically. Returns what was written (for the command's line)."""
     from kamalcli.errors import KamalError
-    from kamalcli.fsutil import write_text_atomic
+    from kamalcli.files import write_text_atomic
     from kamalcli.report.gather import gather
     from kamalcli.report.html import render
 

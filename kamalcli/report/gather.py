@@ -106,7 +106,7 @@ def teacher_on_data(teacher, dataset, probe, rows: dict, gold: list[str]) -> Tea
 
 
 def gather(workspace, store) -> Report:
-    from kamalcli.data import load_dataset_rows
+    from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.service import selection_rows
 
     teachers = {t.id: t for t in store.teachers()}
@@ -147,3 +147,47 @@ def gather(workspace, store) -> Report:
                          "entity_f1": e["metrics"].get("entity_f1")}
                         for (b, d), e in baselines.items()]
     return report
+
+
+# -- the text report (`kamal report` and its --json) --------------------------------
+
+def policy_selection(students) -> list[dict]:
+    """Per student trained by a teacher-selection policy (rl-kd): how often it selected each teacher, per class."""
+    out = []
+    for s in students:
+        info = (s.train or {}).get("objective") or {}
+        if "selection" in info:
+            out.append({"student": s.name, "variant": info.get("variant"), "reward": info.get("reward"),
+                        **info["selection"], "selection_accuracy": info.get("selection_accuracy")})
+    return out
+
+
+def probe_rows(teachers: dict, datasets: dict, probes) -> list[dict]:
+    """Each stored probe: its pair, its options and its summary's figures."""
+    rows = []
+    for p in probes:
+        s = p.summary
+        rows.append({
+            "probe_id": p.id, "teacher": teachers[p.teacher_id].name, "data": datasets[p.dataset_id].name,
+            "rows": p.num_rows, "mc_samples": p.options.get("mc_samples"), "dropout": p.options.get("dropout"),
+            "max_length": p.options.get("max_length"), "seconds": p.seconds,
+            **{k: v for k, v in s.items() if k != "rmd"},
+            "rmd": s.get("rmd"),
+        })
+    return rows
+
+
+def text_report(store) -> dict:
+    """What `kamal report` shows and its --json writes: probes, selection, rl-kd students' policies and
+    generated datasets."""
+    from kamalcli.data.text import is_generated
+    from kamalcli.probe.service import selection_rows
+
+    teachers = {t.id: t for t in store.teachers()}
+    datasets = {d.id: d for d in store.datasets()}
+    probes = store.probes()
+    selections = selection_rows(store)
+    policies = policy_selection(store.students())
+    generated = [{"data": d.name, **d.provenance} for d in datasets.values() if is_generated(d)]
+    return {"probes": probe_rows(teachers, datasets, probes), "selection": selections,
+            "policy_selection": policies, "generated": generated}

@@ -9,15 +9,27 @@ crash mid-save leaves the previous checkpoint intact.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from kamalcli.errors import KamalError
-from kamalcli.fsutil import publish_dir
+from kamalcli.files import publish_dir
 
 FOLDER = "checkpoint"
 BEST = "best.safetensors"
+
+
+@dataclass
+class TrainState:
+    """Where training stands: what a checkpoint holds beside the weights and the optimiser."""
+
+    step: int = 0
+    best_metric: float | None = None
+    best_step: int | None = None
+    history: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
 
 
 def save_weights(model: torch.nn.Module, path: Path) -> None:
@@ -68,8 +80,6 @@ def exists(workdir: Path) -> bool:
 def load(workdir: Path, model, optimizer, scheduler, config, auxiliary=None, *, rank: int = 0, processes: int = 1):
     """Restore a checkpoint. Random state: each process's own when the same number of processes saved it
     (bit for bit); on another number, rank 0 takes the saved process 0's and the others a seed of their own."""
-    from kamalcli.train.loop import TrainState
-
     folder = workdir / FOLDER
     if not exists(workdir):
         raise KamalError(f"no checkpoint to resume from in {workdir}")

@@ -5,30 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kamalcli.batching import Encoded, inference_batches
-
-
-def predict_logits(model: torch.nn.Module, encoded: Encoded, *, batch_size: int = 64, device: str = "cpu",
-                   rows: np.ndarray | None = None) -> np.ndarray:
-    """(rows, |Y|) for a sequence classifier; (rows, longest row, |Y|) per sub-token for a token classifier
-    (zeros beyond each row's length)."""
-    rows = np.arange(len(encoded)) if rows is None else np.asarray(rows)
-    lengths = encoded.lengths[rows]
-    per_token = type(model).__name__.endswith("ForTokenClassification")
-    shape = (len(rows), int(lengths.max(initial=1)), model.config.num_labels) if per_token else \
-        (len(rows), model.config.num_labels)
-    out = np.zeros(shape, dtype=np.float32)
-    was_training = model.training
-    model.eval()
-    with torch.inference_mode():
-        for local in inference_batches(lengths, batch_size):
-            logits = model(**encoded.batch(rows[local], device)).logits.float().cpu().numpy()
-            if per_token:
-                out[local, : logits.shape[1]] = logits
-            else:
-                out[local] = logits
-    model.train(was_training)
-    return out
+from kamalcli.models.batching import Encoded
+from kamalcli.models.inference import predict_logits
 
 
 HOLDOUT_SHARE = 0.05

@@ -19,40 +19,43 @@ import math
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
-from kamalcli.batching import Encoded, training_order
-from kamalcli.errors import KamalError
+from kamalcli.models.batching import Encoded, training_order
+from kamalcli.errors import KamalError, StopRequested
+from kamalcli.settings import TRAIN, WORKSPACE
 from kamalcli.train.objective import BatchArrays, Objective
 from kamalcli.train import checkpoint
+from kamalcli.train.checkpoint import TrainState
 from kamalcli.train.embeddings import check_mode, embeddings_policy
 
 
-DEFAULT_STEPS = 600      # the budget when no --epochs is given: the steps, at most, that training may take
-DEFAULT_EVAL_EVERY = 50  # ...with the held-out loss measured every this many steps
-DEFAULT_PATIENCE = 2     # ...and training stopped after this many measurements without a better one
+# The defaults are kamal.toml's [train] settings (kamalcli/settings.py).
+DEFAULT_STEPS = TRAIN.steps            # the budget when no --epochs is given: the steps, at most, that training may take
+DEFAULT_EVAL_EVERY = TRAIN.eval_every  # ...with the held-out loss measured every this many steps
+DEFAULT_PATIENCE = TRAIN.patience      # ...and training stopped after this many measurements without a better one
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int | None = None  # None: a budget of `steps` with early stopping on the selector
-    steps: int = DEFAULT_STEPS
-    eval_every: int = DEFAULT_EVAL_EVERY
-    patience: int = DEFAULT_PATIENCE
-    batch_size: int = 32
-    lr: float = 1e-4
-    max_length: int = 128
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    seed: int = 0
-    checkpoint_every: int = 200
-    embeddings: str = "train"  # or "freeze": the input word embeddings stay as they are (train/embeddings.py)
+    epochs: int | None = TRAIN.epochs  # None: a budget of `steps` with early stopping on the selector
+    steps: int = TRAIN.steps
+    eval_every: int = TRAIN.eval_every
+    patience: int = TRAIN.patience
+    batch_size: int = TRAIN.batch_size
+    lr: float = TRAIN.lr
+    max_length: int = TRAIN.max_length
+    warmup: float = TRAIN.warmup
+    weight_decay: float = TRAIN.weight_decay
+    grad_clip: float = TRAIN.grad_clip
+    seed: int = WORKSPACE.seed
+    checkpoint_every: int = TRAIN.checkpoint_every
+    embeddings: str = TRAIN.embeddings  # or "freeze": the input word embeddings stay as they are (train/embeddings.py)
     device: str = "cpu"
 
     def validate(self) -> None:
@@ -100,15 +103,6 @@ class Selector(Protocol):
 
 
 @dataclass
-class TrainState:
-    step: int = 0
-    best_metric: float | None = None
-    best_step: int | None = None
-    history: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-@dataclass
 class TrainResult:
     steps: int
     epochs: float
@@ -125,10 +119,6 @@ class TrainResult:
     def embeddings(self) -> str:
         """What runs and students record."""
         return "frozen" if self.embeddings_frozen else "trained"
-
-
-class StopRequested(KeyboardInterrupt):
-    """Ctrl-C arrived; the loop saved a checkpoint at a step boundary."""
 
 
 @contextlib.contextmanager
@@ -194,37 +184,111 @@ def _with_embeddings_policy(train_fn):
     return wrapper
 
 
-@_with_embeddings_policy
-def train(
-    model: torch.nn.Module,
-    encoded: Encoded,
-    objective: Objective,
-    config: TrainConfig,
-    workdir: Path,
-    *,
-    rows: np.ndarray | None = None,
-    selector: Selector | None = None,
-    resume: bool = False,
-    on_step: Callable[[int], None] | None = None,
-    on_loss: Callable[[int, float], None] | None = None,
-    description: str = "train",
-    world: "World | None" = None,  # noqa: F821
-) -> TrainResult:
-    """Train in place; at the end the model holds the selected (best) weights.
+class Due(NamedTuple):
+    """What falls due after a step."""
+    measure: bool  # run the selector
+    save: bool  # write a checkpoint
+    stop_check: bool  # ask whether training stops early (only a measurement can make the history stale)
 
-    on_loss(step, loss) hears every step's training loss (kamalcli/loss_history.py records it).
-    With a world of several processes (kamalcli/distributed.py) each rank takes its share of every
-    batch under DistributedDataParallel (train/data_parallel.py); rank 0 alone selects and checkpoints.
+
+def due(step: int, total: int, steps_per_epoch: int, config: TrainConfig) -> Due:
+    """The measure/save/stop schedule after `step` (1-based): a pure function of the step and the config.
+
+    With early stopping the selector runs every eval_every steps; with --epochs at every checkpoint and
+    epoch boundary. A checkpoint follows every measurement, every checkpoint_every steps and every boundary.
     """
-    from kamalcli.distributed import SINGLE
-    from kamalcli.progress import progress_bar
+    boundary = step % steps_per_epoch == 0 or step == total
+    if config.early_stopping:
+        measure = step % config.eval_every == 0 or step == total
+    else:
+        measure = step % config.checkpoint_every == 0 or boundary
+    save = measure or step % config.checkpoint_every == 0 or boundary
+    return Due(measure, save, config.early_stopping and measure)
+
+
+@dataclass
+class _Run:
+    """One run's moving parts, between steps: what the loop's steps read and update."""
+    model: torch.nn.Module
+    auxiliary: object
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    clipped: list
+    train_step: "TrainStep"  # noqa: F821
+    state: TrainState
+    config: TrainConfig
+    workdir: Path
+    world: "World"  # noqa: F821
+    selector: Selector | None
+    steps_per_epoch: int
+    total: int
+
+    def save(self) -> None:
+        rng = self.train_step.rng_states()  # every rank's, so that the same number of processes resumes bit for bit
+        if self.world.main:
+            checkpoint.save(self.workdir, self.model, self.optimizer, self.scheduler, self.state, self.config,
+                            self.auxiliary, rank_rng=rng)
+
+    def select(self) -> None:
+        """Measure the selector; a better figure than any before is saved as the best weights."""
+        selector, state = self.selector, self.state
+        if selector is None:
+            return
+        metric = selector.measure(self.model)
+        self.model.train()
+        if self.auxiliary is not None:
+            self.auxiliary.train()
+        state.history.append({"step": state.step, selector.name: metric})
+        better = state.best_metric is None or (
+            metric > state.best_metric if selector.higher_is_better else metric < state.best_metric
+        )
+        if better:
+            state.best_metric, state.best_step = metric, state.step
+            checkpoint.save_weights(self.model, self.workdir / checkpoint.BEST)
+
+    def step(self, encoded: Encoded, index: np.ndarray, stop_requested) -> tuple[float, Callable[[], bool]]:
+        """One optimiser step on the rows `index`: (the batch's mean loss, stop_now())."""
+        loss, view, rows_batch, value, stop_now = self.train_step(encoded, index, stop_requested)
+        if not math.isfinite(value):
+            raise KamalError(f"the loss became {value} at step {self.state.step + 1}; lower --lr")
+        self.optimizer.zero_grad(set_to_none=True)
+        self.train_step.backward(loss)
+        if self.config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.clipped, self.config.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.state.step += 1
+        if self.auxiliary is not None:
+            self.auxiliary.after_step(self.state.step, view, rows_batch)
+        return value, stop_now
+
+    def stops_early(self) -> bool:
+        """Patience spent on the selector; the same answer on every rank."""
+        state = self.state
+        early = (self.selector is not None and state.step < self.total
+                 and stale_measurements(state.history, state.best_step) >= self.config.patience)
+        if self.world.distributed:
+            early = self.world.broadcast(early)  # rank 0 alone measures: every rank stops after the same step
+        return early
+
+    def hand_back(self, on_step: Callable[[int], None] | None, stop_now: Callable[[], bool]) -> None:
+        """The caller's on_step, then a requested stop: either way a checkpoint, then StopRequested."""
+        if on_step is not None:
+            try:
+                on_step(self.state.step)
+            except KeyboardInterrupt:
+                self.save()
+                raise StopRequested() from None
+        if stop_now() and self.state.step < self.total:
+            self.save()
+            raise StopRequested()
+
+
+def _start(model: torch.nn.Module, objective: Objective, config: TrainConfig, workdir: Path, world,
+           rows: np.ndarray, selector: Selector | None, resume: bool) -> _Run:
+    """Model and auxiliary on the device, optimiser and schedule, and the state: fresh, or a checkpoint's."""
     from kamalcli.train.data_parallel import TrainStep
 
-    world = world or SINGLE
-
-    rows = np.arange(len(encoded)) if rows is None else np.asarray(rows)
-    if len(rows) == 0:
-        raise KamalError("no rows to train on")
     device = torch.device(config.device)
     model.to(device)
     auxiliary = objective.auxiliary
@@ -247,93 +311,69 @@ def train(
             raise KamalError("that run had already finished training; nothing to resume")
     else:
         torch.manual_seed(config.seed + world.rank)  # dropout masks
+    return _Run(model, auxiliary, optimizer, scheduler, clipped, train_step, state, config, workdir, world,
+                selector, steps_per_epoch, total)
 
-    def save() -> None:
-        rng = train_step.rng_states()  # every rank's, so that the same number of processes resumes bit for bit
-        if world.main:
-            checkpoint.save(workdir, model, optimizer, scheduler, state, config, auxiliary, rank_rng=rng)
 
-    def select() -> None:
-        if selector is None:
-            return
-        metric = selector.measure(model)
-        model.train()
-        if auxiliary is not None:
-            auxiliary.train()
-        state.history.append({"step": state.step, selector.name: metric})
-        better = state.best_metric is None or (
-            metric > state.best_metric if selector.higher_is_better else metric < state.best_metric
-        )
-        if better:
-            state.best_metric, state.best_step = metric, state.step
-            checkpoint.save_weights(model, workdir / checkpoint.BEST)
+class _BatchOrder:
+    """The rows of each step's batch: a pure function of (seed, epoch, step), each epoch's shuffle computed once."""
 
-    model.train()
+    def __init__(self, rows: np.ndarray, config: TrainConfig, steps_per_epoch: int):
+        self.rows, self.config, self.steps_per_epoch = rows, config, steps_per_epoch
+        self.epoch, self.order = None, rows
+
+    def batch(self, step: int) -> np.ndarray:
+        epoch, offset = divmod(step, self.steps_per_epoch)
+        if epoch != self.epoch:
+            self.epoch, self.order = epoch, self.rows[training_order(len(self.rows), self.config.seed, epoch)]
+        size = self.config.batch_size
+        return self.order[offset * size : (offset + 1) * size]
+
+
+def _steps(run: _Run, encoded: Encoded, rows: np.ndarray, description: str,
+           on_step: Callable[[int], None] | None, on_loss: Callable[[int, float], None] | None) -> bool:
+    """Step until the budget is spent or early stopping says so (True), under a progress bar and Ctrl-C."""
+    from kamalcli.progress import progress_bar
+
+    config, state = run.config, run.state
+    run.model.train()
     smoothed = None
     started = time.perf_counter() - state.seconds
     examples_before = state.step * config.batch_size
-    order_epoch, order = None, rows
-    stopped_early = False
-    planned = len(rows) * config.epochs if config.epochs is not None else total * config.batch_size
+    order = _BatchOrder(rows, config, run.steps_per_epoch)
+    planned = len(rows) * config.epochs if config.epochs is not None else run.total * config.batch_size
     with _deferred_interrupt() as stop_requested, progress_bar(
-        planned, description, completed=min(examples_before, planned), show=world.main,
+        planned, description, completed=min(examples_before, planned), show=run.world.main,
     ) as bar:
-        while state.step < total:
-            epoch, offset = divmod(state.step, steps_per_epoch)
-            if epoch != order_epoch:
-                order_epoch, order = epoch, rows[training_order(len(rows), config.seed, epoch)]
-            index = order[offset * config.batch_size : (offset + 1) * config.batch_size]
-            loss, view, rows_batch, value, stop_now = train_step(encoded, index, stop_requested)
-            if not math.isfinite(value):
-                raise KamalError(f"the loss became {value} at step {state.step + 1}; lower --lr")
-            optimizer.zero_grad(set_to_none=True)
-            train_step.backward(loss)
-            if config.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(clipped, config.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            state.step += 1
-            if auxiliary is not None:
-                auxiliary.after_step(state.step, view, rows_batch)
+        while state.step < run.total:
+            index = order.batch(state.step)
+            value, stop_now = run.step(encoded, index, stop_requested)
             state.seconds = time.perf_counter() - started
             smoothed = value if smoothed is None else 0.9 * smoothed + 0.1 * value
             bar.advance(len(index), loss=smoothed)
             if on_loss is not None:
                 on_loss(state.step, value)
-            boundary = state.step % steps_per_epoch == 0 or state.step == total
-            if config.early_stopping:
-                measure = state.step % config.eval_every == 0 or state.step == total
-            else:
-                measure = state.step % config.checkpoint_every == 0 or boundary
-            if measure:
-                select()
-            if measure or state.step % config.checkpoint_every == 0 or boundary:
-                save()
-            if config.early_stopping and measure:  # only a measurement can make the selector's history stale
-                early = (selector is not None and state.step < total
-                         and stale_measurements(state.history, state.best_step) >= config.patience)
-                if world.distributed:
-                    early = world.broadcast(early)  # rank 0 alone measures: every rank stops after the same step
-                if early:
-                    stopped_early = True
-                    break
-            if on_step is not None:
-                try:
-                    on_step(state.step)
-                except KeyboardInterrupt:
-                    save()
-                    raise StopRequested() from None
-            if stop_now() and state.step < total:
-                save()
-                raise StopRequested()
+            when = due(state.step, run.total, run.steps_per_epoch, config)
+            if when.measure:
+                run.select()
+            if when.save:
+                run.save()
+            if when.stop_check and run.stops_early():
+                return True
+            run.hand_back(on_step, stop_now)
+    return False
 
+
+def _result(run: _Run, rows: np.ndarray, stopped_early: bool) -> TrainResult:
+    """The selected (best) weights back in the model, and the run's figures."""
+    config, state, selector = run.config, run.state, run.selector
     if selector is not None and state.best_step is not None:
-        checkpoint.load_weights(model, workdir / checkpoint.BEST)
+        checkpoint.load_weights(run.model, run.workdir / checkpoint.BEST)
     seconds = state.seconds
     trained_examples = state.step * config.batch_size if config.early_stopping else config.epochs * len(rows)
     return TrainResult(
         steps=state.step,
-        epochs=config.epochs if config.epochs is not None else round(state.step / steps_per_epoch, 2),
+        epochs=config.epochs if config.epochs is not None else round(state.step / run.steps_per_epoch, 2),
         seconds=seconds,
         examples_per_second=trained_examples / max(seconds, 1e-9),
         best_step=state.best_step,
@@ -342,3 +382,36 @@ def train(
         history=state.history,
         stopped_early=stopped_early,
     )
+
+
+@_with_embeddings_policy
+def train(
+    model: torch.nn.Module,
+    encoded: Encoded,
+    objective: Objective,
+    config: TrainConfig,
+    workdir: Path,
+    *,
+    rows: np.ndarray | None = None,
+    selector: Selector | None = None,
+    resume: bool = False,
+    on_step: Callable[[int], None] | None = None,
+    on_loss: Callable[[int, float], None] | None = None,
+    description: str = "train",
+    world: "World | None" = None,  # noqa: F821
+) -> TrainResult:
+    """Train in place; at the end the model holds the selected (best) weights.
+
+    on_loss(step, loss) hears every step's training loss (kamalcli/train/loss_history.py records it).
+    With a world of several processes (kamalcli/distributed.py) each rank takes its share of every
+    batch under DistributedDataParallel (train/data_parallel.py); rank 0 alone selects and checkpoints.
+    """
+    from kamalcli.distributed import SINGLE
+
+    world = world or SINGLE
+    rows = np.arange(len(encoded)) if rows is None else np.asarray(rows)
+    if len(rows) == 0:
+        raise KamalError("no rows to train on")
+    run = _start(model, objective, config, workdir, world, rows, selector, resume)
+    stopped_early = _steps(run, encoded, rows, description, on_step, on_loss)
+    return _result(run, rows, stopped_early)

@@ -1,0 +1,1 @@
+"""User data: text datasets, BIO-tagged token datasets, People's Daily, entity spans."""

@@ -1,0 +1,306 @@
+"""Text datasets: read a user's file once, keep a normalised copy in the workspace.
+
+Files are read with `datasets` (csv, json/jsonl, txt, parquet) into a cache
+inside the workspace that is deleted afterwards; what kamal keeps is a parquet
+file of (text, label) named by the content hash, so the same rows from a csv
+and a jsonl are the same data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from kamalcli.errors import KamalError, first_line
+
+GENERATED = "synthesized"  # a dataset's provenance kind when kamal synthesize wrote it
+
+FORMATS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".jsonl": "json",
+    ".json": "json",
+    ".ndjson": "json",
+    ".txt": "text",
+    ".parquet": "parquet",
+}
+
+
+@dataclass(frozen=True)
+class TextTable:
+    texts: list[str]
+    labels: list[str] | None
+    text_column: str
+    label_column: str | None
+    columns: list[str]
+    format: str
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.texts)
+
+    def content_hash(self) -> str:
+        digest = hashlib.sha256()
+        labels = self.labels or [None] * len(self.texts)
+        for text, label in zip(self.texts, labels):
+            digest.update(text.encode("utf-8"))
+            digest.update(b"\x1f")
+            digest.update(("" if label is None else label).encode("utf-8"))
+            digest.update(b"\x1e")
+        return digest.hexdigest()
+
+    def label_counts(self) -> dict[str, int] | None:
+        return dict(Counter(self.labels)) if self.labels is not None else None
+
+
+def detect_format(path: Path) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    fmt = FORMATS.get(suffixes[-1] if suffixes else "")
+    if fmt is None:
+        known = ", ".join(sorted(FORMATS))
+        raise KamalError(f"{path.name}: unknown file type (kamal reads {known}, optionally .gz)")
+    return fmt
+
+
+def read_table(
+    source: str | Path,
+    text_column: str | None,
+    label_column: str | None,
+    cache_dir: Path,
+    want_labels: bool,
+) -> TextTable:
+    """Read a file into texts (and labels). cache_dir is scratch space, removed afterwards."""
+    fmt, columns, rows = read_columns(source, cache_dir)
+    return table_of_texts(source, fmt, columns, rows, text_column, label_column, want_labels)
+
+
+def read_columns(source: str | Path, cache_dir: Path) -> tuple[str, list[str], dict[str, list]]:
+    """(format, column names, values per column) of a csv/json/txt/parquet file."""
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise KamalError(f"{source}: no such file")
+    if path.stat().st_size == 0:
+        raise KamalError(f"{source} is empty")
+    fmt = detect_format(path)
+    try:
+        columns, rows = _load_columns(path, fmt, cache_dir)
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    return fmt, columns, rows
+
+
+def table_of_texts(source, fmt: str, columns: list[str], rows: dict[str, list], text_column: str | None,
+                   label_column: str | None, want_labels: bool) -> TextTable:
+    if fmt == "text":
+        if label_column:
+            raise KamalError(f"{source}: a .txt file holds one text per line and no labels; --label-column needs csv, jsonl or parquet")
+        texts = [t for t in rows["text"] if t is not None and t.strip()]
+        if not texts:
+            raise KamalError(f"{source} holds no text")
+        return TextTable(texts, None, "text", None, ["text"], fmt)
+
+    if not columns or not rows or len(next(iter(rows.values()))) == 0:
+        raise KamalError(f"{source} holds no rows")
+    text_column = text_column or _guess_text_column(columns, rows, source)
+    if text_column not in columns:
+        raise KamalError(f"{source} has no column {text_column!r} (columns: {', '.join(columns)})")
+    if label_column is None and want_labels and "label" in columns and text_column != "label":
+        label_column = "label"
+    if label_column is not None and label_column not in columns:
+        raise KamalError(f"{source} has no column {label_column!r} (columns: {', '.join(columns)})")
+
+    texts = rows[text_column]
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise KamalError(f"{source}: row {i + 1} has no text in column {text_column!r}")
+    labels = None
+    if label_column is not None:
+        labels = []
+        for i, value in enumerate(rows[label_column]):
+            if value is None or (isinstance(value, str) and not value.strip()):
+                raise KamalError(f"{source}: row {i + 1} has no label in column {label_column!r}")
+            labels.append(str(value))
+    return TextTable(list(texts), labels, text_column, label_column, list(columns), fmt)
+
+
+def _guess_text_column(columns: list[str], rows: dict, source) -> str:
+    if "text" in columns:
+        return "text"
+    strings = [c for c in columns if rows[c] and isinstance(rows[c][0], str)]
+    if len(strings) == 1:
+        return strings[0]
+    raise KamalError(f"{source}: which column holds the text? pass --text-column (columns: {', '.join(columns)})")
+
+
+def _load_columns(path: Path, fmt: str, cache_dir: Path) -> tuple[list[str], dict[str, list]]:
+    import datasets
+
+    datasets.disable_progress_bars()
+    # datasets logs a parser's failure at ERROR before raising it; kamal reports it itself, once.
+    datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
+    kwargs = {}
+    if fmt == "csv" and path.name.lower().removesuffix(".gz").endswith(".tsv"):
+        kwargs["sep"] = "\t"
+    try:
+        loaded = datasets.load_dataset(
+            fmt,
+            data_files=str(path),
+            split="train",
+            cache_dir=str(cache_dir),
+            keep_in_memory=True,
+            **kwargs,
+        )
+        return list(loaded.column_names), loaded.to_dict()  # strings are decoded here
+    except UnicodeDecodeError:
+        raise KamalError(f"{path.name} is not valid UTF-8 text") from None
+    except Exception as e:  # datasets wraps parser errors in many types
+        raise KamalError(f"cannot read {path.name} as {fmt}: {_root_message(e)}") from None
+
+
+def _root_message(error: BaseException) -> str:
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    message = first_line(error, None)
+    if isinstance(error, UnicodeDecodeError) or any(w in message.lower() for w in ("utf-8", "utf8", "decode")):
+        return "the file is not valid UTF-8 text"
+    return message[:200]
+
+
+# -- the workspace copy --------------------------------------------------
+
+def write_cache(table: TextTable, path: Path, extra: dict[str, list[str]] | None = None) -> None:
+    """extra: more string columns kept beside text and label (e.g. each generated row's teacher and prompt)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {"text": pa.array(table.texts, pa.string())}
+    if table.labels is not None:
+        columns["label"] = pa.array(table.labels, pa.string())
+    columns.update({name: pa.array(values, pa.string()) for name, values in (extra or {}).items()})
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(pa.table(columns), tmp)
+    tmp.replace(path)
+
+
+def read_cache(path: Path) -> tuple[list[str], list[str] | None]:
+    import pyarrow.parquet as pq
+
+    if not Path(path).is_file():
+        raise KamalError(f"the workspace copy of a dataset is missing: {path} (add the data again)")
+    table = pq.read_table(path)
+    texts = table.column("text").to_pylist()
+    labels = table.column("label").to_pylist() if "label" in table.column_names else None
+    return texts, labels
+
+
+# -- registration -----------------------------------------------------------
+
+def register_dataset(workspace, store, source: str, *, name: str | None, text_column: str | None,
+                     label_column: str | None, role: str, data_format: str | None = None,
+                     tokens_column: str | None = None, tags_column: str | None = None,
+                     max_chars: int | None = None):
+    """Read, check and record a dataset (texts, or tokens with BIO tags). Returns (dataset, notes for the user).
+
+    data_format: None (from the file), "conll" or "peoples-daily" (kamalcli/data/tokens.py).
+    """
+    from kamalcli.data import tokens as token_data
+    from kamalcli.names import check_name, default_name
+
+    path = Path(source).expanduser()
+    name = check_name(default_name(path.name.split(".")[0]) if name is None else name, "dataset")
+    if store.has_dataset(name):
+        raise KamalError(f"a dataset named {name!r} exists already; choose another --name")
+    if max_chars is not None and data_format != "peoples-daily":
+        raise KamalError("--max-chars applies to --format peoples-daily only")
+    if data_format is not None or token_data.is_conll(path):
+        if not path.is_file():
+            raise KamalError(f"{source}: no such file")
+        table = (token_data.read_peoples_daily(path, max_chars) if data_format == "peoples-daily"
+                 else token_data.read_conll(path))
+    else:
+        fmt, columns, rows = read_columns(path, workspace.tmp_dir())
+        if tokens_column is not None or tags_column is not None or token_data.holds_token_lists(columns, rows, None):
+            if fmt == "text":
+                raise KamalError(f"{source}: a .txt file holds one text per line; token data needs jsonl, csv, "
+                                 "parquet or CoNLL")
+            table = token_data.table_from_rows(columns, rows, source, fmt, tokens_column, tags_column)
+        else:
+            table = table_of_texts(path, fmt, columns, rows, text_column, label_column, want_labels=(role == "eval"))
+    if isinstance(table, token_data.TokenTable):
+        return _record_tokens(workspace, store, table, path, name, role)
+    if role == "eval" and table.labels is None:
+        raise KamalError(f"{source}: an eval set needs gold labels; pass --label-column (columns: {', '.join(table.columns)})")
+
+    notes = []
+    counts = table.label_counts()
+    if counts is not None:
+        known = set(store.label_space(store.teachers_of_task("sequence")).names)
+        unknown = {label: n for label, n in counts.items() if label not in known}
+        if known and unknown:
+            listed = ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items()))
+            notes.append(
+                f"{sum(unknown.values())} of {table.num_rows} rows have labels no teacher knows: {listed}. "
+                "They are kept; evaluation counts them as errors and reports them separately."
+            )
+    if role == "transfer" and table.labels is not None:
+        notes.append("Labels are stored with this transfer set but amalgamation never trains on them.")
+
+    dataset = _record(workspace, store, table, write_cache, name=name, source=str(path.resolve()), format=table.format,
+                      role=role, num_rows=table.num_rows, text_column=table.text_column,
+                      label_column=table.label_column, columns=table.columns, label_counts=counts)
+    return dataset, notes
+
+
+def _record(workspace, store, table, write, **fields):
+    """The workspace copy, named by the content hash and written once, then the dataset's record."""
+    content_hash = table.content_hash()
+    cache = workspace.artifact_dir("data") / f"{content_hash[:24]}.parquet"
+    if not cache.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write(table, cache)
+    return store.add_dataset(content_hash=content_hash, path=str(cache), **fields)
+
+
+def _record_tokens(workspace, store, table, path: Path, name: str, role: str):
+    from kamalcli.data.tokens import write_token_cache
+
+    if role == "eval" and table.tags is None:
+        raise KamalError(f"{path}: an eval set needs gold tags; pass --tags-column (columns: {', '.join(table.columns)})")
+    notes = []
+    if role == "transfer" and table.tags is not None:
+        notes.append("Tags are stored with this transfer set but amalgamation never trains on them.")
+    dataset = _record(workspace, store, table, write_token_cache, name=name, source=str(path.resolve()),
+                      format=table.format, role=role, num_rows=table.num_rows, text_column=table.tokens_column,
+                      label_column=table.tags_column, columns=table.columns, label_counts=table.tag_counts(),
+                      provenance=table.provenance, task="token")
+    return dataset, notes
+
+
+def load_dataset_rows(dataset) -> tuple[list[str], list[str] | None]:
+    if dataset.task != "sequence":
+        raise KamalError(f"dataset {dataset.name} holds tokens with tags (named entities), not texts with labels; "
+                         "use it with token-classification teachers")
+    texts, labels = read_cache(Path(dataset.path))
+    if len(texts) != dataset.num_rows:
+        raise KamalError(f"the workspace copy of dataset {dataset.name} is damaged (row count differs); add it again")
+    return texts, labels
+
+
+def is_generated(dataset) -> bool:
+    """Whether kamal synthesize wrote this dataset (its rows are labelled with the class they were steered to)."""
+    return (dataset.provenance or {}).get("kind") == GENERATED
+
+
+def steered_rows(dataset) -> tuple[list[str], list[str]] | None:
+    """For a generated dataset, each row's steering teacher and class; None for data a user added."""
+    if not is_generated(dataset):
+        return None
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(dataset.path, columns=["teacher", "label"])
+    return table.column("teacher").to_pylist(), table.column("label").to_pylist()

@@ -1,0 +1,171 @@
+"""MUKI (Li et al., EMNLP 2022): each row learns from the most certain teacher (hard) or from all teachers
+weighted by softmax(certainty / tau) (soft), re-weighted by the certainty margin (docs/methods.md).
+
+Sentence level: confidence c_i = 1 - H(pbar_i)/log|Y_i| from MC dropout picks
+(hard) or weights (soft) the teachers. That is `paper=true`; kamal's default
+picks the score per workspace without labels (score=auto).
+
+Token level (named entities): a teacher's confidence on a word is computed from
+its distribution over its own entity tags only (O removed, renormalised),
+c = 1 - H / log|E| (kamalcli/probe/tokens.py), from MC dropout (paper=true, the
+default with K > 1) or the plain softmax (mc=false). Where at least one
+teacher's most likely tag is an entity tag, hard takes the most confident
+teacher's whole distribution (O included) and soft mixes the teachers'
+distributions with weights softmax(c / tau). Where every teacher's most likely
+tag is O, there is nothing to select: the target is the mean of the teachers'
+distributions. reweight=true weights every word by the margin c_max - c_second
+of the entity confidences. The loss reads the student at each word's first
+sub-token and averages over the sentence's words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.methods.base import Objective, Options, TeacherOutputs, require
+from kamalcli.probe.prototypes import DEFAULT_ENCODER
+from kamalcli.probe.scores import Score
+from kamalcli.probe.selection import per_teacher_rank
+from kamalcli.probe.tokens import entity_confidences, every_teacher_says_o, selected_targets
+from kamalcli.probs import softmax
+
+Calibration = Literal["none", "rank"]
+
+
+def margin(confidence: np.ndarray) -> np.ndarray:
+    """c_max - c_second over the teachers (the last axis); 0 where teachers are equally sure."""
+    top2 = np.sort(confidence, axis=-1)[..., -2:]
+    return top2[..., 1] - top2[..., 0]
+
+
+@dataclass(frozen=True)
+class MukiHardOptions(Options):
+    paper: bool = False           # True: the MUKI paper's configuration (MC dropout selects the teacher)
+    mc: bool = True               # False: plain entropy instead of MC dropout (the paper's ablation)
+    reweight: bool = True         # instance re-weighting by the confidence margin
+    score: Score = "auto"         # which confidence picks the teacher; auto: chosen per workspace without labels
+    calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
+    temperature: float = 1.0      # softens the teachers' distributions and the student's alike
+    encoder: str = DEFAULT_ENCODER  # the prototype score's shared sentence encoder (all-MiniLM-L6-v2)
+
+    def check(self) -> None:
+        require(self.temperature > 0, "temperature must be above 0")
+        require(not self.paper or (self.score in ("auto", "mc-dropout") and self.calibrate == "none"),
+                "paper=true selects by MC dropout without calibration: drop score= and calibrate=")
+
+    @property
+    def confidence_score(self) -> str:
+        score = "mc-dropout" if self.paper else self.score
+        return "entropy" if not self.mc and score == "mc-dropout" else score
+
+    @property
+    def reweighted(self) -> bool:
+        return self.reweight
+
+
+@dataclass(frozen=True)
+class MukiSoftOptions(MukiHardOptions):
+    tau: float = 0.2              # smoothness of the teacher weights softmax(c / tau)
+
+    def check(self) -> None:
+        super().check()
+        require(self.tau > 0, "tau must be above 0")
+
+
+# -- sentence level ------------------------------------------------------------
+
+def _muki_common(outputs: TeacherOutputs, options: MukiHardOptions):
+    score, info = options.confidence_score, {}
+    if score == "auto":
+        from kamalcli.probe.auto_score import choose_score
+
+        choice = choose_score(outputs.confidence, outputs.rmd_sources,
+                              tuple(len(outputs.space.blocks[t]) for t in outputs.teachers))
+        score, info["auto"] = choice.score, choice.as_json()
+    confidence = outputs.score(score)
+    calibrate = options.calibrate
+    if calibrate == "rank":
+        confidence = per_teacher_rank(confidence)
+    padded = np.stack([outputs.padded(i, options.temperature) for i in range(len(outputs.teachers))])  # (N, n, |Y|)
+    weights = margin(confidence) if options.reweighted else None
+    info.update({"score": score, "calibrate": calibrate, "reweight": options.reweighted})
+    return confidence, padded, weights, info
+
+
+def hard_target(padded: np.ndarray, confidence: np.ndarray) -> np.ndarray:
+    """(N, n, |Y|) padded teacher distributions -> (n, |Y|): each row's most confident teacher's."""
+    return padded[confidence.argmax(axis=1), np.arange(padded.shape[1])]
+
+
+def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
+    from kamalcli.methods.losses import kl_loss
+
+    confidence, padded, weights, info = _muki_common(outputs, options)
+    chosen = confidence.argmax(axis=1)
+    target = hard_target(padded, confidence)
+    share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
+    info["chosen_share"] = dict(zip(outputs.teachers, share.round(4).tolist()))
+    if weights is not None:
+        info["mean_weight"] = float(weights.mean())
+    return Objective({"target": target.astype(np.float32)}, kl_loss(options.temperature), weights, info)
+
+
+def build_muki_soft(outputs: TeacherOutputs, options: MukiSoftOptions) -> Objective:
+    from kamalcli.methods.losses import kl_loss
+
+    confidence, padded, weights, info = _muki_common(outputs, options)
+    w = softmax(confidence / options.tau, axis=1)              # (n, N)
+    target = np.einsum("nt,tny->ny", w, padded)
+    info["mean_teacher_weight"] = dict(zip(outputs.teachers, w.mean(axis=0).round(4).tolist()))
+    if weights is not None:
+        info["mean_weight"] = float(weights.mean())
+    return Objective({"target": target.astype(np.float32)}, kl_loss(options.temperature), weights, info)
+
+
+# -- token level ---------------------------------------------------------------
+
+def _selection_score(options) -> bool:
+    """Whether MUKI selects from the MC-dropout mean (True) or the plain softmax (False) at token level."""
+    score = options.confidence_score
+    if getattr(options, "calibrate", "none") != "none":
+        raise KamalError("calibrate= is not supported at token level (drop it)")
+    if score in ("auto", "mc-dropout"):
+        return True
+    if score == "entropy":
+        return False
+    raise KamalError(f"score={score} is not available at token level (auto, mc-dropout or entropy: the entity-only "
+                     "entropy of the MC-dropout mean or of the plain softmax)")
+
+
+def _token_muki(outputs, options, tau):
+    from kamalcli.methods.losses import word_kl_loss
+
+    mc = _selection_score(options)
+    confidence = entity_confidences(outputs, mc)
+    T = options.temperature
+    padded = np.stack([outputs.padded(i, outputs.probs(i, T)) for i in range(len(outputs.teachers))])
+    all_o = every_teacher_says_o(outputs)
+    target = selected_targets(padded, confidence, all_o, tau)
+    arrays = {"target": target.astype(np.float32), "word_mask": outputs.words.astype(np.float32)}
+    if options.reweighted:
+        arrays["word_weight"] = margin(confidence).astype(np.float32)
+    contested = outputs.words & ~all_o
+    chosen = confidence.argmax(axis=-1)[contested]
+    info = {"level": "token", "score": "mc-dropout" if mc and outputs.mc_probs[0] is not None else "entropy",
+            "entity_only_confidence": True, "reweight": options.reweighted,
+            "contested_words": int(contested.sum()), "all_o_words": int((outputs.words & all_o).sum()),
+            "chosen_share_contested": dict(zip(outputs.teachers, (np.bincount(chosen, minlength=len(outputs.teachers))
+                                                                 / max(1, chosen.size)).round(4).tolist()))}
+    return Objective(arrays, word_kl_loss(T), None, info)
+
+
+def build_token_muki_hard(outputs, options) -> Objective:
+    return _token_muki(outputs, options, None)
+
+
+def build_token_muki_soft(outputs, options) -> Objective:
+    return _token_muki(outputs, options, options.tau)

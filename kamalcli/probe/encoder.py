@@ -1,0 +1,90 @@
+"""A frozen, not fine-tuned encoder's vector per row, computed once and cached.
+
+- cls_vectors: the last layer's [CLS] vector, R(x), which rl-kd's policy reads as the description of a row;
+- sentence_vectors: the mean of the last layer over the row's tokens, unit length: how sentence encoders
+  such as all-MiniLM-L6-v2 are trained to be read (the prototype selection score compares them by cosine).
+
+Like a teacher's probe they depend only on (encoder, pooling, rows, max length), so they are stored in the
+workspace's probe folder under that key and a repeat costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json")
+
+
+def _encoder_key(folder: Path) -> str:
+    """The encoder's identity: its folder and its weight files' sizes and times (a changed file, a new key)."""
+    parts = [str(folder.resolve())]
+    for name in WEIGHT_FILES:
+        path = folder / name
+        if path.is_file():
+            stat = path.stat()
+            parts.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return "|".join(parts)
+
+
+def cls_vectors(workspace, source: str, texts: list[str], data_hash: str, max_length: int, device: str,
+                say=print) -> np.ndarray:
+    """(rows, hidden) float32: the last layer's first-token ([CLS]) vector of `source`, in eval mode."""
+    return _cached(workspace, source, texts, data_hash, max_length, device, "cls",
+                   f"Cached R(x), the [CLS] vectors of {source} (frozen) on {len(texts)} rows; reused from now on.",
+                   say)
+
+
+def sentence_vectors(workspace, source: str, texts: list[str], data_hash: str, max_length: int, device: str,
+                     say=print) -> np.ndarray:
+    """(rows, hidden) float32, unit length: the mean of `source`'s last layer over each row's tokens."""
+    return _cached(workspace, source, texts, data_hash, max_length, device, "mean",
+                   f"Cached the sentence vectors of {source} (frozen) on {len(texts)} rows; reused from now on.",
+                   say)
+
+
+def _cached(workspace, source, texts, data_hash, max_length, device, pooling: str, line: str, say) -> np.ndarray:
+    from kamalcli.models.bases import resolve_model_source
+    from kamalcli.files import publish_dir
+
+    folder = resolve_model_source(source)
+    # [CLS] keys stay as they were before mean pooling existed, so caches made then are still found
+    prefix = "cls" if pooling == "cls" else f"pool-{pooling}"
+    key = hashlib.sha256(f"{prefix}|{_encoder_key(folder)}|{data_hash}|{len(texts)}|{max_length}".encode()).hexdigest()
+    final = workspace.artifact_dir("probes") / f"{prefix}-{key[:32]}"
+    path = final / "vectors.npy" if pooling != "cls" else final / "cls.npy"
+    if path.is_file():
+        return np.load(path, mmap_mode="r")
+    vectors = _compute(folder, texts, max_length, device, pooling)
+    staging = workspace.tmp_dir() / prefix
+    staging.mkdir(parents=True)
+    np.save(staging / path.name, vectors)
+    publish_dir(staging, final)
+    say(line)
+    return np.load(path, mmap_mode="r")
+
+
+def _compute(folder: Path, texts: list[str], max_length: int, device: str, pooling: str) -> np.ndarray:
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from kamalcli.models.batching import encode, inference_batches
+    from kamalcli.models.loading import load_tokenizer
+
+    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+    encoded = encode(load_tokenizer(folder), texts, max_length, config=config)
+    model = AutoModel.from_pretrained(str(folder), trust_remote_code=False).to(device).eval()
+    out = np.zeros((len(texts), config.hidden_size), dtype=np.float32)
+    with torch.inference_mode():
+        for rows in inference_batches(encoded.lengths, 64):
+            batch = encoded.batch(rows, device)
+            states = model(**batch).last_hidden_state.float()
+            if pooling == "cls":
+                out[rows] = states[:, 0].cpu().numpy()
+            else:
+                mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+                mean = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+                out[rows] = torch.nn.functional.normalize(mean, dim=-1).cpu().numpy()
+    return out

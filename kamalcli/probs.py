@@ -1,0 +1,48 @@
+"""Distributions and ranks in numpy, written once: softmax, entropy, normalised entropy, ranks, percentiles.
+
+numpy only (no torch), so probes, methods, exports and the torch-free runtime share them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    z = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def entropy(probs: np.ndarray, axis: int = -1, floor: float = 1e-30) -> np.ndarray:
+    """Shannon entropy (nats) along `axis`; probabilities below `floor` are taken as `floor` inside the log."""
+    return -(probs * np.log(np.clip(probs, floor, 1.0))).sum(axis=axis)
+
+
+def normalised_entropy(probs: np.ndarray, axis: int = -1, floor: float = 1e-30) -> np.ndarray:
+    """H(p) / log k in [0, 1]; 0 over a single class (nothing to be unsure about)."""
+    k = probs.shape[axis]
+    if k < 2:
+        return np.zeros(np.delete(probs.shape, axis % probs.ndim))
+    return entropy(probs, axis, floor) / np.log(k)
+
+
+def rankdata(values: np.ndarray) -> np.ndarray:
+    """Average ranks, 1-based (ties share the mean of their ranks)."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = np.arange(1, len(values) + 1)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return sums[inverse] / counts[inverse]
+
+
+def percentile(scores: np.ndarray) -> np.ndarray:
+    """Unbounded scores (RMD distances) -> their rank among all (row, teacher) entries, in (0, 1].
+
+    One monotone map for every teacher, so which teacher is most confident does
+    not change; but margins and softmax(c / tau) become as well scaled as for
+    MC-dropout confidences, and a few far-out rows cannot dominate re-weighting.
+    """
+    return (rankdata(scores.ravel()) / scores.size).reshape(scores.shape)

@@ -1,0 +1,1 @@
+"""Students: plan and train one (amalgamate, extend), evaluate it, predict with it."""

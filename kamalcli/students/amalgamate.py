@@ -1,0 +1,209 @@
+"""kamal amalgamate (and extend): probe cache -> method objective -> one training loop -> student.
+
+Teachers never run inside the training loop: their outputs on the transfer
+rows come from the probe cache (computed first if missing). plan.py checks the
+request, problem.py builds what training needs; this module runs the steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from kamalcli.errors import KamalError
+from kamalcli.probe.runner import ProbeRequest
+from kamalcli.students.plan import (AmalgamateRequest, auto_fits_generated_text, generated_rmd_fit, options_need_rmd,
+                                    plan, reads_confidences, teachers_task)
+from kamalcli.students.problem import build_problem
+
+
+def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resume_run=None):
+    """Train a student; returns the Student record. resume_run: the interrupted run to continue."""
+    from kamalcli.train.loop import TrainConfig
+    from kamalcli.workspace.runs import training_run
+
+    method, options, teachers, dataset, name = plan(store, request)
+    request = replace(request, name=name)
+    token_level = teachers_task(teachers) == "token"
+    _check_processes(method, token_level)
+    unfitted_auto = False
+    if not token_level and auto_fits_generated_text(request, options, teachers):
+        request, unfitted_auto = _fit_on_generated_text(store, request, options, teachers, say)
+    train_config = TrainConfig(**request.train)
+    train_config.validate()
+    probe_request = _probe_request(store, request, method, options, teachers, dataset, train_config, token_level, say)
+    if unfitted_auto:
+        say("score=auto: kamal has neither these teachers' training data nor text written for them, so it "
+            "selects by the teachers' confidences; text from `kamal synthesize --prompt 'Write a ... about "
+            "{label}.'`, the prompt naming what your texts are, lets it select by distance to each teacher's domain")
+    kind = "extend" if request.parent else "amalgamate"
+    with training_run(workspace, store, kind, name, request.as_json(), resume_run=resume_run,
+                      resume_hint=f"kamal amalgamate --resume {name}", say=say) as (run, workdir):
+        student = _train_student(workspace, store, request, method, options, teachers, dataset, probe_request,
+                                 train_config, workdir, run, say, resume=resume_run is not None)
+        run.result = {"student": student.name, "path": student.path, **student.train}
+    return student
+
+
+def _check_processes(method, token_level: bool) -> None:
+    from kamalcli import distributed
+
+    if method.one_process and distributed.current().size > 1:
+        raise KamalError(f"{method.name} runs on one process ({method.one_process}); run it without --nproc or torchrun")
+    if token_level and distributed.current().size > 1:
+        raise KamalError("token-level amalgamation runs on one process; run it without --nproc or torchrun")
+
+
+def _fit_on_generated_text(store, request, options, teachers, say) -> tuple[AmalgamateRequest, bool]:
+    """score=auto (or a prototype score) without the teachers' training data: fit on the newest text kamal
+    synthesize wrote for these teachers. Returns the request and whether nothing could be found to fit on."""
+    generated = generated_rmd_fit(store, teachers)
+    if generated is not None:
+        request = replace(request, rmd_fit=generated.name)
+        say(f"score=auto: RMD fitted on {generated.name}, text kamal synthesize wrote for these teachers "
+            "(--rmd-fit NAME for other labelled data)")
+    score = options.confidence_score
+    if generated is None and score != "auto":
+        raise KamalError(f"score={score} needs labelled text for every label of these teachers: --rmd-fit NAME, "
+                         "or text from `kamal synthesize`")
+    return request, generated is None
+
+
+def _probe_request(store, request, method, options, teachers, dataset, train_config, token_level, say) -> ProbeRequest:
+    """The probe settings to use: a method reading confidences takes the cached probes that fit (choose_probes);
+    the others read logits only, and any probe serves."""
+    from kamalcli.probe.choice import choose_probes
+
+    probe_request = ProbeRequest(**request.probe)
+    if reads_confidences(method, options) and not token_level:
+        need_rmd = options_need_rmd(options, teachers, request.rmd_fit)
+        probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=need_rmd,
+                                      max_length=train_config.max_length, reprobe=request.reprobe, say=say)
+    return probe_request
+
+
+def _train_student(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                   workdir, run, say, resume):
+    """The problem, the one training loop (beside the other ranks under torchrun), then the student saved."""
+    from kamalcli import distributed
+    from kamalcli.runtime import resolve_device
+    from kamalcli.train import checkpoint
+    from kamalcli.train.loop import train
+    from kamalcli.train.loss_history import LossHistory
+
+    train_config = replace(train_config, device=resolve_device(request.device))
+    problem = build_problem(workspace, store, request, method, options, teachers, dataset, probe_request,
+                            train_config, workdir, run.id, say)
+    resume = resume and checkpoint.exists(workdir)
+    world = distributed.current()
+    if world.distributed:
+        world.dispatch(TrainOnRank(str(workspace.root), request, probe_request, train_config, str(workdir), resume))
+    losses = LossHistory(workdir)
+    try:
+        result = train(problem.model, problem.encoded, problem.objective, train_config, workdir,
+                       rows=problem.train_rows, selector=problem.selector, resume=resume, on_loss=losses.record,
+                       description=f"{method.name} -> {request.name}", world=world)
+    finally:
+        losses.close()
+    _report_auxiliary(problem.objective, result, say)
+    return _save_student(workspace, store, request, method, options, teachers, dataset, train_config, problem,
+                         result, run, losses.steps())
+
+
+def _report_auxiliary(objective, result, say) -> None:
+    """A feature-level method's own figures join the objective's info; teachers run in the loop are timed."""
+    if objective.auxiliary is None:
+        return
+    objective.info.update(objective.auxiliary.report())
+    teacher_seconds = objective.info.get("teacher_seconds")
+    if teacher_seconds is not None and result.seconds > 0:
+        say(f"Teachers in the loop took {teacher_seconds:.0f} s of {result.seconds:.0f} s training "
+            f"({100 * teacher_seconds / result.seconds:.0f}%).")
+
+
+def _save_student(workspace, store, request, method, options, teachers, dataset, train_config, problem, result, run,
+                  losses):
+    """The student folder, then its record (a row points only at finished files)."""
+    from kamalcli.files import publish_dir
+    from kamalcli.models.loading import save_classifier
+
+    labels = list(problem.outputs.space.names)
+    meta = {
+        "name": request.name, "method": method.name, "options": asdict(options), "labels": labels,
+        "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
+        "base": request.student, "parent": request.parent, "transfer_data": dataset.name,
+        "transfer_hash": dataset.content_hash, "select_by": request.select_by, "seed": train_config.seed,
+    }
+    staging = workspace.tmp_dir() / "student"
+    save_classifier(problem.model, problem.tokenizer, staging, extra=meta)
+    final = workspace.artifact_dir("students") / request.name
+    publish_dir(staging, final)
+    parent = store.find_student(request.parent) if request.parent else None
+    return store.add_student(
+        teachers=list(zip(teachers, [p.id for p in problem.probes])),
+        name=request.name, method=method.name, options=asdict(options), base=str(problem.base_folder), path=str(final),
+        labels=labels, parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
+        select_by=request.select_by, seed=train_config.seed, train=_train_record(train_config, result, problem),
+        metrics={}, run_id=run.id, losses=losses, task=teachers_task(teachers),
+    )
+
+
+def _train_record(train_config, result, problem) -> dict:
+    """What the student's record says of its training."""
+    return {
+        "config": train_config.as_json(), "steps": result.steps, "seconds": result.seconds,
+        "examples_per_second": result.examples_per_second, "best_step": result.best_step,
+        "best_metric": result.best_metric, "selected_by": result.selected_by or "last step",
+        "history": result.history, "stopped_early": result.stopped_early, "epochs": result.epochs,
+        "embeddings": result.embeddings,
+        "train_rows": int(len(problem.train_rows)), "held_out_rows": int(len(problem.held_out)),
+        "objective": problem.objective.info,
+    }
+
+
+@dataclass(frozen=True)
+class TrainOnRank:
+    """A non-zero rank's part of amalgamate / extend (kamalcli/distributed.py): rebuild the same problem
+    from the cache rank 0 has just filled (reading only), then train beside rank 0."""
+
+    root: str
+    request: AmalgamateRequest
+    probe_request: ProbeRequest
+    train_config: object
+    workdir: str
+    resume: bool
+
+    def run(self, world) -> None:
+        from kamalcli.runtime import resolve_device
+        from kamalcli.train.loop import train
+        from kamalcli.workspace.folder import Workspace
+        from kamalcli.workspace.store import Store
+
+        workspace = Workspace(Path(self.root))
+        store = Store.open(workspace)
+        try:
+            method, options, teachers, dataset, _ = plan(store, self.request)
+            config = replace(self.train_config, device=resolve_device(self.request.device))
+            problem = build_problem(workspace, store, self.request, method, options, teachers, dataset,
+                                    self.probe_request, config, Path(self.workdir), None, say=lambda *a, **k: None,
+                                    read_only=True)
+            train(problem.model, problem.encoded, problem.objective, config, Path(self.workdir),
+                  rows=problem.train_rows, resume=self.resume, world=world)
+        finally:
+            store.close()
+
+
+def resume(workspace, store, name: str, *, say=print):
+    """Continue an interrupted (or failed) amalgamate/extend run of that name from its checkpoint."""
+    from kamalcli.train.phases import started
+    from kamalcli.workspace.runs import resumable_run
+
+    if store.find_student(name) is not None:
+        raise KamalError(f"student {name!r} already finished; nothing to resume")
+    run, params = resumable_run(store, ("amalgamate", "extend"), name, has_progress=started)
+    if run is None:
+        raise KamalError(f"no interrupted run named {name!r} with a checkpoint (see `kamal runs`)")
+    params.setdefault("probe", {}).setdefault("mc_exact", True)  # runs recorded before the adaptive probe used the exact one
+    request = AmalgamateRequest(**params)
+    say(f"Resuming {name} from run {run.id}'s checkpoint.")
+    return amalgamate(workspace, store, request, say=say, resume_run=run)

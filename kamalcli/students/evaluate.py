@@ -1,0 +1,144 @@
+"""kamal eval: a student, or a no-training baseline, on a labelled dataset: accuracy, macro-F1, per-class F1 and
+the confusion matrix for text classifiers; entity-level P/R/F1 (kamalcli/data/entities.py) for token models."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.labels import label_indices
+from kamalcli.train.metrics import classification_metrics, subset_accuracy
+
+
+def _labelled(dataset):
+    from kamalcli.data.text import load_dataset_rows
+
+    if not dataset.has_labels:
+        raise KamalError(f"dataset {dataset.name} has no gold labels: add it with --label-column (role eval)")
+    return load_dataset_rows(dataset)
+
+
+def evaluate_student(store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
+    from kamalcli.students.predict import student_logits
+
+    if student.task == "token":
+        return evaluate_token_student(store, student, dataset, device=device)
+    student.folder  # noqa: B018 - refused in one line before the data is read when the folder is gone
+    texts, gold = _labelled(dataset)
+    pred = student_logits(student, texts, device=device, batch_size=batch_size).argmax(axis=1)
+    gold_idx = label_indices(gold, student.labels)
+    metrics = classification_metrics(pred, gold_idx, student.labels)
+    if student.parent:
+        parent = store.find_student(student.parent)
+        if parent is not None:
+            old = [student.labels.index(n) for n in parent.labels if n in student.labels]
+            new = [i for i in range(len(student.labels)) if i not in old]
+            metrics["old_label_accuracy"] = subset_accuracy(pred, gold_idx, old)
+            metrics["new_label_accuracy"] = subset_accuracy(pred, gold_idx, new)
+    store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
+    return metrics
+
+
+def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto", max_length: int = 128,
+                      teacher_names: tuple[str, ...] = ()) -> dict:
+    """'ensemble' (argmax of concatenated logits; of teacher_names only when given) or 'teacher:NAME'
+    (one teacher, other labels at zero)."""
+    from kamalcli.methods.vanilla_kd import union_logits
+    from kamalcli.probe.outputs import teacher_outputs
+    from kamalcli.probe.runner import Runner
+
+    if baseline != "ensemble" and not baseline.startswith("teacher:"):
+        raise KamalError(f"unknown baseline {baseline!r}: ensemble or teacher:NAME")
+    if dataset.task == "token":
+        return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length,
+                                       teacher_names=teacher_names)
+    texts, gold = _labelled(dataset)
+    teachers = baseline_teachers(store, baseline, "sequence", teacher_names)
+    if teachers[0].task == "token":
+        raise KamalError(f"teacher {teachers[0].name} tags tokens; measure it on token data with tags")
+    all_teachers = store.teachers_of_task("sequence")
+    space = store.label_space(all_teachers)
+    runner = Runner(workspace, store, device=device)
+    probes = [runner.logits_probe(t, dataset, max_length) for t in teachers]
+    outputs = teacher_outputs(store, teachers, probes)
+    # Score over the whole union so every baseline is measured on the same labels.
+    scores = np.full((len(texts), len(space)), -np.inf)
+    local = union_logits(outputs) if baseline == "ensemble" else np.log(np.maximum(outputs.padded(0), 1e-30))
+    for j, name in enumerate(outputs.space.names):
+        scores[:, space.index(name)] = local[:, j]
+    pred = scores.argmax(axis=1)
+    metrics = classification_metrics(pred, label_indices(gold, space.names), list(space.names))
+    store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
+    return metrics
+
+
+def baseline_teachers(store, baseline: str, task: str, teacher_names: tuple[str, ...] = ()) -> list:
+    """The teachers a baseline stands for: teacher:NAME's one, or the ensemble's (the named ones, else every
+    teacher of the task)."""
+    if baseline.startswith("teacher:"):
+        if teacher_names:
+            raise KamalError("--teacher picks the members of --baseline ensemble; teacher:NAME is one teacher already")
+        return [store.teacher(baseline.split(":", 1)[1])]
+    if teacher_names:
+        if len(set(teacher_names)) != len(teacher_names):
+            raise KamalError("a teacher is named twice")
+        return [store.teacher(name) for name in teacher_names]
+    teachers = store.teachers_of_task(task)
+    if not teachers:
+        raise KamalError(f"no {'token ' if task == 'token' else ''}teachers registered")
+    return teachers
+
+
+def baseline_name(baseline: str, teacher_names: tuple[str, ...] = ()) -> str:
+    return f"{baseline}({','.join(teacher_names)})" if teacher_names else baseline
+
+
+# -- token models (named entities) ----------------------------------------------
+
+def _tagged(dataset):
+    from kamalcli.data.tokens import load_token_rows
+
+    if dataset.task != "token":
+        raise KamalError(f"dataset {dataset.name} holds texts; token models are measured on token data with tags")
+    sentences, tags = load_token_rows(dataset)
+    if tags is None:
+        raise KamalError(f"dataset {dataset.name} has no gold tags: add it with --tags-column (role eval)")
+    return sentences, tags
+
+
+def evaluate_token_student(store, student, dataset, *, device: str = "auto") -> dict:
+    from kamalcli.data.entities import entity_scores, student_tags
+    from kamalcli.models.loading import load_classifier, load_tokenizer
+    from kamalcli.runtime import resolve_device
+
+    folder = student.folder
+    sentences, gold = _tagged(dataset)
+    device = resolve_device(device)
+    model = load_classifier(folder).to(device)
+    pred = student_tags(model, load_tokenizer(folder), sentences, student.labels, student.max_length, device)
+    metrics = entity_scores(gold, pred)
+    store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
+    return metrics
+
+
+def evaluate_token_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto",
+                            max_length: int = 128, teacher_names: tuple[str, ...] = ()) -> dict:
+    """ensemble: argmax per word over all token teachers' concatenated logits (one O, the teachers' O logits
+    log-sum-exp'ed, as vanilla-kd's target); teacher:NAME: that teacher's own tags."""
+    from kamalcli.data.entities import entity_scores, o_row, tags_of
+    from kamalcli.methods.vanilla_kd import union_word_logits
+    from kamalcli.probe import tokens as token_probe
+    from kamalcli.runtime import resolve_device
+
+    sentences, gold = _tagged(dataset)
+    teachers = baseline_teachers(store, baseline, "token", teacher_names)
+    outputs, _ = token_probe.teacher_outputs(workspace, store, teachers, dataset, max_length=max_length,
+                                             mc_samples=token_probe.cached_passes(store, teachers, dataset, max_length),
+                                             device=resolve_device(device), say=lambda *a, **k: None)
+    scores = union_word_logits(outputs)
+    scores = np.where(outputs.words[..., None], scores, o_row(outputs.space.names, scores.shape[-1]))
+    pred = tags_of(scores, [len(s) for s in sentences], outputs.space.names)
+    metrics = entity_scores(gold, pred)
+    store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
+    return metrics
+

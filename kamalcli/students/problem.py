@@ -1,0 +1,234 @@
+"""What training a student needs, built the same on every process: the teachers' outputs (from the probe
+cache, probed first if missing), the student model, the encoded rows, the method's objective and model selection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.labels import LabelSpace, label_indices
+from kamalcli.probe.outputs import teacher_outputs
+from kamalcli.probe.runner import generated_fit_line
+from kamalcli.students.plan import AmalgamateRequest, check_task, options_need_rmd, reads_confidences, teachers_task
+
+
+@dataclass
+class Problem:
+    """What training needs; every process of a torchrun job builds the same one."""
+
+    model: object
+    tokenizer: object
+    base_folder: object
+    outputs: object
+    probes: list
+    encoded: object
+    objective: object
+    selector: object
+    train_rows: np.ndarray
+    held_out: np.ndarray
+
+
+def build_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                  workdir, run_id, say, read_only: bool = False) -> Problem:
+    build = token_problem if teachers_task(teachers) == "token" else sequence_problem
+    return build(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                 workdir, run_id, say, read_only)
+
+
+def sequence_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config, workdir,
+             run_id, say, read_only: bool = False) -> Problem:
+    """1. the teachers' outputs (probed first if missing), 2. the student, its objective and model selection."""
+    from kamalcli.models.batching import encode
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss, holdout_split
+
+    device = train_config.device
+    outputs, probes, runner = _probed_outputs(workspace, store, request, method, options, teachers, dataset,
+                                               probe_request, train_config, run_id, say, read_only)
+
+    # 2. the student, over the union label space (an extended student keeps its old label ids)
+    model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
+    texts, gold = load_dataset_rows(dataset)
+    encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
+    if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
+        train_rows, held_out = holdout_split(len(texts), train_config.seed)
+    else:
+        train_rows, held_out = np.arange(len(texts)), np.arange(0)
+    if method.level == "feature":
+        context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
+                                   train_config, device, workdir, say)
+        context = replace(context, student=model, base=str(base_folder), train_rows=train_rows, held_out=held_out)
+        objective = method.build(context, options)
+    else:
+        objective = method.build(outputs, options)
+    selector = None
+    if request.select_by == "transfer-loss" and len(held_out):
+        selector = HeldOutLoss(objective, encoded, held_out, device)
+    elif request.select_by.startswith("eval:"):
+        eval_set = store.dataset(request.select_by.split(":", 1)[1])
+        eval_texts, gold = load_dataset_rows(eval_set)
+        selector = EvalAccuracy(eval_set.name, encode(tokenizer, eval_texts, train_config.max_length, config=model.config),
+                                label_indices(gold, outputs.space.names), device)
+        say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
+    return Problem(model, tokenizer, base_folder, outputs, probes, encoded, objective, selector, train_rows, held_out)
+
+
+def token_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config, workdir,
+                   run_id, say, read_only: bool = False) -> Problem:
+    """The token-level problem (named entities): per-word teacher outputs, a token-classifier student,
+    targets per word read at the student's first sub-token of each word (kamalcli/methods/muki.py, vanilla_kd.py, uhc.py)."""
+    from kamalcli.probe import tokens as token_probe
+    from kamalcli.data.tokens import load_token_rows
+    from kamalcli.train.evaluate import HeldOutLoss, holdout_split
+    from kamalcli.models.words import encode_words
+
+    mc_samples = probe_request.mc_samples if reads_confidences(method, options) else \
+        token_probe.cached_passes(store, teachers, dataset, train_config.max_length)
+    outputs, probes = token_probe.teacher_outputs(workspace, store, teachers, dataset,
+                                                  max_length=train_config.max_length, mc_samples=mc_samples,
+                                                  seed=probe_request.seed, device=train_config.device, say=say)
+    model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed, task="token")
+    sentences, _ = load_token_rows(dataset)
+    aligned = encode_words(tokenizer, sentences, train_config.max_length, config=model.config)
+    objective = method.token_build(outputs, options)
+    objective.arrays["positions"] = aligned.positions(outputs.words.shape[1])
+    if aligned.cut_words():
+        say(f"{aligned.cut_words()} words lie beyond --max-length {train_config.max_length} for the student and are "
+            "not trained on.")
+    if request.select_by == "transfer-loss":
+        train_rows, held_out = holdout_split(len(sentences), train_config.seed)
+    else:
+        train_rows, held_out = np.arange(len(sentences)), np.arange(0)
+    selector = None
+    if request.select_by == "transfer-loss" and len(held_out):
+        selector = HeldOutLoss(objective, aligned.encoded, held_out, train_config.device)
+    elif request.select_by.startswith("eval:"):
+        from kamalcli.data.entities import EntityF1Selector
+
+        eval_set = store.dataset(request.select_by.split(":", 1)[1])
+        check_task(eval_set, "token", "--select-by")
+        selector = EntityF1Selector(eval_set, tokenizer, list(outputs.space.names), train_config.max_length,
+                                    train_config.device)
+        say(f"Model selection uses the tags of {eval_set.name} (entity F1; recorded with the student).")
+    return Problem(model, tokenizer, base_folder, outputs, probes, aligned.encoded, objective, selector, train_rows,
+                    held_out)
+
+
+def _probed_outputs(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                     run_id, say, read_only):
+    """1. teachers' outputs on the transfer rows, from the probe cache."""
+    from kamalcli.probe.runner import Runner
+
+    runner = Runner(workspace, store, device=train_config.device, batch_size=max(train_config.batch_size, 32),
+                    run_id=run_id, options_key=probe_request.options_key, read_only=read_only)
+    need_rmd = options_need_rmd(options, teachers, request.rmd_fit)
+    settings = {t.id: probe_request.settings_for(t) for t in teachers}
+    probes = []
+    for teacher in teachers:
+        wanted = settings[teacher.id]
+        if not reads_confidences(method, options):  # the logits are all it reads: any cached probe, else one plain pass
+            cached = runner.logits_cached(teacher, dataset, train_config.max_length, any_length=True)
+            if cached is None:
+                say(f"Probing {teacher.name} on {dataset.name} first (logits only: {method.name} reads no "
+                    f"confidences; max length {wanted.max_length}).")
+                cached = runner.logits_probe(teacher, dataset, wanted.max_length)
+            else:
+                say(f"Using cached probe {cached.id} of {teacher.name} on {dataset.name} for its logits "
+                    f"(max length {cached.options.get('max_length')}).")
+            probes.append(cached)
+            continue
+        if not runner.cached(teacher, dataset, wanted, need_rmd):
+            say(f"Probing {teacher.name} on {dataset.name} first (K={wanted.mc_samples}, max length "
+                f"{wanted.max_length}){_other_probes(store, teacher, dataset)}.")
+        probe, _ = runner.ensure(teacher, dataset, wanted, need_layers=need_rmd)
+        probes.append(probe)
+    if need_rmd:
+        fit_dataset = store.dataset(request.rmd_fit) if request.rmd_fit else None
+        for teacher, probe in zip(teachers, probes):
+            # Without --rmd-fit, keep whatever fit `kamal probe` attached (perhaps a labelled one).
+            if fit_dataset is not None or store.rmd_fit_of(probe.id) is None:
+                note = runner.fit_rmd(teacher, settings[teacher.id], [probe], fit_dataset)
+                if note and note["source"] == "pseudo":
+                    say(f"RMD for {teacher.name} is fitted on rows it is itself confident on (circular); "
+                        "--rmd-fit NAME gives it labelled data.")
+                elif note and note["generated"]:
+                    say(generated_fit_line(note))
+    outputs = teacher_outputs(store, teachers, probes)
+    if reads_confidences(method, options) and _wants_prototypes(options, request, outputs):
+        outputs = _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs,
+                                        train_config, say)
+    return outputs, probes, runner
+
+
+def _wants_prototypes(options, request, outputs) -> bool:
+    """An explicit prototype score, or score=auto with RMD fitted on labelled text (generated or --rmd-fit)."""
+    from kamalcli.probe.scores import PROTOTYPE_SCORES
+
+    score = getattr(options, "confidence_score", None)
+    if score in PROTOTYPE_SCORES:
+        return True
+    return (score == "auto" and request.rmd_fit is not None and "rmd" in outputs.confidence
+            and all(s == "labelled" for s in outputs.rmd_sources))
+
+
+def _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs, train_config, say):
+    """outputs with the prototype score and its fusion with RMD (kamalcli/probe/prototypes.py). score=auto
+    with the default encoder goes on with RMD alone, saying so, when that encoder is not installed."""
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER, confidence_columns, prototype_scores
+
+    encoder = options.encoder
+    try:
+        scores = prototype_scores(workspace, teachers, dataset, store.dataset(request.rmd_fit), encoder=encoder,
+                                  max_length=train_config.max_length, device=train_config.device, say=say)
+    except KamalError as error:
+        if encoder != DEFAULT_ENCODER or options.confidence_score != "auto":
+            raise
+        say(f"score=auto: no prototype score ({error}); teachers are selected by RMD alone.")
+        return outputs
+    confidence = {**outputs.confidence, **confidence_columns(scores, outputs.confidence.get("rmd"))}
+    say(f"Prototype score: {encoder}'s sentence vectors of {request.rmd_fit}'s rows, one prototype per label.")
+    return replace(outputs, confidence=confidence)
+
+
+def _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold, train_config, device,
+                     workdir, say):
+    """What a feature-level method gets: the student's shape, teacher features (cached or in the loop), labels,
+    and earlier training phases of the same run."""
+    from kamalcli.methods.features import FeatureSources
+    from kamalcli.methods import FeatureContext
+    from kamalcli.train.phases import Phases
+
+    sources = FeatureSources(list(teachers), dataset, runner, texts, encoded, train_config.max_length, device, say)
+    labels = label_indices(gold, outputs.space.names) if gold is not None and method.labels != "no" else None
+    config = model.config
+    return FeatureContext(outputs, sources, config.num_hidden_layers, config.hidden_size, labels,
+                          train_config.seed, train_config.batch_size, say, Phases(workdir, train_config, say))
+
+
+def _other_probes(store, teacher, dataset) -> str:
+    others = {(p.options.get("mc_samples"), p.options.get("max_length"))
+              for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id) if (Path(p.path) / "meta.json").is_file()}
+    if not others:
+        return ""
+    listed = "; ".join(f"K={k}, max length {n}" for k, n in sorted(others))
+    return f"; its other cached probes ({listed}) are not used (--reprobe)"
+
+
+def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: int, task: str = "sequence"):
+    from kamalcli.models.bases import resolve_model_source
+    from kamalcli.models.loading import build_student, grow_classifier, labels_of, load_classifier, load_tokenizer
+
+    if request.parent:
+        parent = store.student(request.parent)
+        folder = Path(parent.path)
+        old = labels_of(folder)
+        if list(space.names[: len(old)]) != old:
+            raise KamalError(f"internal: the label space does not start with {parent.name}'s labels")
+        model = grow_classifier(load_classifier(folder), list(space.names[len(old):]), seed=seed)
+        return model, load_tokenizer(folder), folder
+    base = resolve_model_source(request.student)
+    model = build_student(base, list(space.names), num_layers=request.student_layers, seed=seed, task=task)
+    return model, load_tokenizer(base), base

@@ -1,0 +1,315 @@
+"""kamal synthesize: transfer text written by a causal LM, steered by each teacher towards each of its classes.
+
+The work is cut into units (teacher, class, batch of prompts); each unit has
+its own seed derived from the run's seed, so a unit's texts do not depend on
+which units ran before it. A finished unit is written to the run's folder at
+once (temp file + rename): Ctrl-C loses at most the unit under way, and the
+same command again continues with the units left. When all are done the texts
+become a workspace dataset like `add-data` makes (content-hashed parquet, label
+= the class it was steered to), with its provenance and quality figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import string
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kamalcli.data.text import GENERATED
+from kamalcli.errors import KamalError, KamalFailure
+
+DEFAULT_PROMPT = "Write a short text about {label}."
+PROMPT_FIELDS = ("label",)  # the class a text is steered to
+KIND = "synthesize"
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    name: str
+    per_class: int
+    lm: str
+    teachers: tuple[str, ...]          # empty: every registered teacher
+    prompts: tuple[str, ...]
+    strength: float
+    top_m: int
+    top_p: float
+    max_new_tokens: int
+    mode: str
+    chunk_tokens: int
+    chunk_candidates: int
+    batch_size: int
+    seed: int
+    teacher_max_length: int = 128
+    device: str = "auto"
+
+    def check(self) -> None:
+        problems = [
+            (self.per_class >= 1, "--per-class must be at least 1"),
+            (self.strength >= 0, "--strength (lambda) must be 0 or more"),
+            (self.top_m >= 1, "--top-m must be at least 1"),
+            (0 < self.top_p <= 1, "--top-p must be in (0, 1]"),
+            (self.max_new_tokens >= 1, "--max-new-tokens must be at least 1"),
+            (self.chunk_tokens >= 1 and self.chunk_candidates >= 1, "--chunk-tokens and --chunk-candidates must be at least 1"),
+            (self.batch_size >= 1, "--batch-size must be at least 1"),
+        ]
+        for ok, message in problems:
+            if not ok:
+                raise KamalError(message)
+        for prompt in self.prompts:
+            try:
+                fields = {name for _, name, _, _ in string.Formatter().parse(prompt) if name is not None}
+            except ValueError as e:
+                raise KamalError(f"--prompt {prompt!r}: {e} (write {{{{ and }}}} for a literal brace)") from None
+            unknown = sorted(fields - set(PROMPT_FIELDS))
+            if unknown:
+                raise KamalError(f"--prompt {prompt!r}: unknown field {{{unknown[0]}}}; a prompt may use "
+                                 + ", ".join(f"{{{f}}}" for f in PROMPT_FIELDS))
+            if "label" not in fields:
+                raise KamalError(f"--prompt {prompt!r} has no {{label}}: the class name goes there")
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    teacher: str
+    label: str
+    class_index: int
+    prompts: tuple[str, ...]
+    seed: int
+
+
+def plan(request: SynthesisRequest, teachers) -> list[Unit]:
+    units = []
+    for teacher in teachers:
+        for class_index, label in enumerate(teacher.labels):
+            for start in range(0, request.per_class, request.batch_size):
+                rows = range(start, min(start + request.batch_size, request.per_class))
+                prompts = tuple(request.prompts[r % len(request.prompts)].format(label=_readable(label)) for r in rows)
+                digest = hashlib.sha256(f"{request.seed}|{teacher.name}|{label}|{start}".encode()).hexdigest()
+                units.append(Unit(len(units), teacher.name, label, class_index, prompts, int(digest[:8], 16)))
+    return units
+
+
+def _readable(label: str) -> str:
+    return label.replace("_", " ").replace("-", " ")
+
+
+def _unit_path(workdir: Path, unit: Unit) -> Path:
+    return workdir / "units" / f"{unit.index:05d}.json"
+
+
+def has_units(workdir: Path) -> bool:
+    """Whether an unfinished synthesize run has written anything (it can be continued)."""
+    return any((Path(workdir) / "units").glob("*.json"))
+
+
+def synthesize(workspace, store, request: SynthesisRequest, *, say=print):
+    """Generate (or continue generating) and register the dataset. Returns (dataset, quality)."""
+    from kamalcli.names import check_name
+    from kamalcli.workspace.runs import recorded_run
+
+    request.check()
+    check_name(request.name, "dataset")
+    if store.has_dataset(request.name):
+        raise KamalError(f"a dataset named {request.name!r} exists already; choose another --name")
+    names = list(dict.fromkeys(request.teachers))  # a teacher named twice steers once
+    teachers = [store.teacher(n) for n in names] if names else store.teachers()
+    if not teachers:
+        raise KamalError("no teachers registered: kamal add-teacher FOLDER first")
+    taggers = [t.name for t in teachers if getattr(t, "task", "sequence") == "token"]
+    if taggers:  # steering needs one class score per text; a token teacher has one per word
+        raise KamalError(f"synthesize steers text towards a teacher's sentence classes, and {', '.join(taggers)} "
+                         "tag tokens: name sentence teachers with --teacher")
+    from kamalcli.models.bases import resolve_lm_source
+
+    lm_folder = resolve_lm_source(request.lm)
+    params = {**asdict(request), "teachers": [t.name for t in teachers],
+              "teacher_fingerprints": [t.fingerprint for t in teachers], "lm_fingerprint": _lm_fingerprint(lm_folder)}
+    params.pop("device")
+    params = json.loads(json.dumps(params))  # as stored (tuples become lists), to compare with an earlier run's
+    workdir = _resumable_workdir(store, request.name, params)
+    units = plan(request, teachers)
+    with recorded_run(store, KIND, request.name, params) as run:
+        workdir = workdir or workspace.artifact_dir("runs") / f"run-{run.id}"
+        store.update_run(run.id, workdir=str(workdir))
+        (workdir / "units").mkdir(parents=True, exist_ok=True)
+        pending = [u for u in units if not _unit_path(workdir, u).is_file()]
+        if len(pending) < len(units):
+            say(f"Continuing {request.name}: {len(units) - len(pending)} of {len(units)} batches were written before.")
+        if pending:
+            _generate(request, lm_folder, teachers, pending, workdir, say)
+        dataset, quality = _register(workspace, store, request, params, teachers, units, workdir, run.id)
+        run.result = {"dataset": dataset.name, "rows": dataset.num_rows}
+    shutil.rmtree(workdir, ignore_errors=True)  # the written batches matter only to an unfinished run
+    return dataset, quality
+
+
+def _lm_fingerprint(folder: Path) -> str:
+    from kamalcli.models.convert.common import fingerprint_of
+    from kamalcli.files import sha256_files
+
+    weights = sorted(Path(folder).glob("*.safetensors"))
+    return fingerprint_of(folder) or (sha256_files(weights) if weights else "unknown")
+
+
+def _resumable_workdir(store, name: str, params: dict) -> Path | None:
+    runs = [r for r in store.runs(kind=KIND, name=name) if r.status in ("interrupted", "failed")
+            and r.workdir and has_units(Path(r.workdir))]
+    if not runs:
+        return None
+    run = runs[-1]
+    if run.params != params:
+        changed = sorted(k for k in set(params) | set(run.params) if params.get(k) != run.params.get(k))
+        raise KamalError(f"an interrupted synthesize run named {name!r} used other settings ({', '.join(changed)}); "
+                         "run it again with the same settings to continue it, or choose another --name")
+    return Path(run.workdir)
+
+
+def _generate(request: SynthesisRequest, lm_folder: Path, teachers, pending: list[Unit], workdir: Path, say) -> None:
+    import time
+
+    from kamalcli.files import write_json_atomic
+    from kamalcli.progress import progress_bar
+    from kamalcli.synth.steering import SteeringConfig, generate
+
+    lm, scorers = load_models(lm_folder, teachers, request.teacher_max_length, request.device)
+    config = SteeringConfig(request.strength, request.top_m, request.top_p, request.max_new_tokens, request.mode,
+                            request.chunk_tokens, request.chunk_candidates)
+    total = sum(len(u.prompts) for u in pending)
+    with progress_bar(total, f"synthesize {request.name}", unit="text") as bar:
+        for unit in pending:
+            started = time.perf_counter()
+            texts, timing = generate(lm, scorers[unit.teacher], unit.class_index, list(unit.prompts), config, unit.seed)
+            write_json_atomic(_unit_path(workdir, unit), {
+                "teacher": unit.teacher, "label": unit.label, "seed": unit.seed, "prompts": list(unit.prompts),
+                "texts": texts, "timing": {**asdict(timing), "seconds": time.perf_counter() - started},
+            })
+            bar.advance(len(texts))
+
+
+def load_models(lm_folder: Path, teachers, teacher_max_length: int, device: str):
+    """The causal LM and one TeacherScorer per teacher name, on one device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from kamalcli.models.batching import clamp_length
+    from kamalcli.models.loading import load_classifier, load_tokenizer
+    from kamalcli.runtime import resolve_device
+    from kamalcli.synth.steering import CausalLM, TeacherScorer
+
+    device = torch.device(resolve_device(device))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(lm_folder), trust_remote_code=False, dtype=torch.float32)
+    except (OSError, ValueError) as e:
+        raise KamalError(f"cannot load a causal LM from {lm_folder}: {str(e).splitlines()[0][:160]}") from None
+    model.to(device).eval()
+    lm = CausalLM(model, load_tokenizer(lm_folder), device)
+    scorers = {}
+    for teacher in teachers:
+        classifier = load_classifier(teacher.path)
+        tokenizer = load_tokenizer(teacher.path)
+        scorers[teacher.name] = TeacherScorer(classifier, tokenizer,
+                                              clamp_length(teacher_max_length, classifier.config, tokenizer), device)
+    return lm, scorers
+
+
+def _register(workspace, store, request, params, teachers, units: list[Unit], workdir: Path, run_id: int):
+    from kamalcli.data.text import TextTable, write_cache
+
+    rows = []  # (text, label, teacher, prompt)
+    timing: dict[str, float] = {}
+    for unit in units:
+        record = json.loads(_unit_path(workdir, unit).read_text(encoding="utf-8"))
+        for text, prompt in zip(record["texts"], record["prompts"]):
+            rows.append((text, unit.label, unit.teacher, prompt))
+        for key, value in record["timing"].items():
+            timing[key] = timing.get(key, 0.0) + value
+    empty = sum(1 for r in rows if not r[0].strip())
+    rows = [r for r in rows if r[0].strip()]
+    if not rows:
+        raise KamalFailure("the generator wrote no text at all (every sample ended at once); try another --prompt")
+    table = TextTable([r[0] for r in rows], [r[1] for r in rows], "text", "label", ["text", "label", "teacher", "prompt"],
+                      "synthesized")
+    quality = measure_quality(teachers, table.texts, [r[2] for r in rows], table.labels, request.device,
+                              request.teacher_max_length)
+    content_hash = table.content_hash()
+    cache = workspace.artifact_dir("data") / f"{content_hash[:24]}.parquet"
+    if not cache.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_cache(table, cache, {"teacher": [r[2] for r in rows], "prompt": [r[3] for r in rows]})
+    provenance = {
+        "kind": GENERATED, "run_id": run_id,
+        "generator": {"lm": request.lm, "fingerprint": params["lm_fingerprint"]},
+        "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
+        "settings": {k: params[k] for k in ("per_class", "strength", "top_m", "top_p", "max_new_tokens", "mode",
+                                            "chunk_tokens", "chunk_candidates", "batch_size", "seed")},
+        "prompts": list(request.prompts), "empty_texts_dropped": empty,
+        "timing": {k: round(v, 3) for k, v in timing.items()}, "quality": quality,
+    }
+    dataset = store.add_dataset(
+        name=request.name, source=f"kamal synthesize ({request.lm})", format="synthesized", role="transfer",
+        num_rows=table.num_rows, content_hash=content_hash, text_column="text", label_column="label",
+        columns=table.columns, label_counts=table.label_counts(), path=str(cache), provenance=provenance,
+    )
+    return dataset, quality
+
+
+def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: list[str], device: str,
+                    max_length: int) -> dict:
+    """Label-free figures per steering teacher and class, and over all rows.
+
+    steering_p: the steering teacher's mean p(class) on the texts steered to that class;
+    others_confidence: the other teachers' mean max-probability on them (low is good: the text
+    should be outside their domains); distinct_2 and near_duplicates as in kamalcli/synth/quality.py.
+    """
+    import numpy as np
+
+    from kamalcli.synth.quality import distinct_2, near_duplicate_share
+
+    probs = {t.name: _teacher_probs(t, texts, device, max_length) for t in teachers}
+    steered_by, labels = np.asarray(steered_by), np.asarray(labels)
+    groups = []
+    for teacher in teachers:
+        for class_index, label in enumerate(teacher.labels):
+            rows = np.flatnonzero((steered_by == teacher.name) & (labels == label))
+            if len(rows) == 0:
+                continue
+            others = [probs[o.name][rows].max(axis=1).mean() for o in teachers if o.name != teacher.name]
+            groups.append({
+                "teacher": teacher.name, "label": label, "rows": int(len(rows)),
+                "steering_p": round(float(probs[teacher.name][rows, class_index].mean()), 4),
+                "others_confidence": round(float(np.mean(others)), 4) if others else None,
+                "distinct_2": _round(distinct_2([texts[r] for r in rows])),
+                "near_duplicates": _round(near_duplicate_share([texts[r] for r in rows])),
+            })
+    weights = np.array([g["rows"] for g in groups], dtype=float)
+
+    def mean(key):
+        values = [(g[key], w) for g, w in zip(groups, weights) if g[key] is not None]
+        return round(float(sum(v * w for v, w in values) / sum(w for _, w in values)), 4) if values else None
+
+    overall = {"rows": len(texts), "steering_p": mean("steering_p"), "others_confidence": mean("others_confidence"),
+               "distinct_2": _round(distinct_2(texts)), "near_duplicates": _round(near_duplicate_share(texts))}
+    return {"overall": overall, "groups": groups}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _teacher_probs(teacher, texts: list[str], device: str, max_length: int):
+    import numpy as np
+    import torch
+
+    from kamalcli.models.batching import clamp_length
+    from kamalcli.models.loading import load_classifier, load_tokenizer
+    from kamalcli.runtime import resolve_device
+    from kamalcli.synth.steering import TeacherScorer
+
+    model, tokenizer = load_classifier(teacher.path), load_tokenizer(teacher.path)
+    scorer = TeacherScorer(model, tokenizer, clamp_length(max_length, model.config, tokenizer),
+                           torch.device(resolve_device(device)))
+    return np.concatenate([scorer.log_probs(texts[i:i + 64]).exp().numpy() for i in range(0, len(texts), 64)])

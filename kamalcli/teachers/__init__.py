@@ -1,0 +1,1 @@
+"""Teachers: register a fine-tuned classifier folder, or train one."""

@@ -1,0 +1,90 @@
+"""kamal add-teacher: check a classifier folder and record it as a teacher."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from kamalcli.errors import KamalError
+from kamalcli.files import publish_dir
+from kamalcli.models.bases import resolve_classifier_source
+from kamalcli.models.folder import ModelFolder, inspect_classifier, task_of_architecture
+from kamalcli.names import check_name, default_name
+
+
+def register_teacher(workspace, store, source: str, *, name: str | None, labels: list[str] | None,
+                     copy: bool = False, origin: str = "added", train_dataset_id: int | None = None,
+                     student_id: int | None = None):
+    """Validate and record a teacher. Returns (teacher, notes for the user).
+
+    Everything is checked before anything is written; the database changes in one
+    transaction, and a copied folder is renamed into place only when complete.
+    """
+    info = inspect_classifier(resolve_classifier_source(source), labels)
+    name = _new_name(store, info, name)
+    notes = _notes(store, info, name)
+    path, copied = _copy_into(workspace, info) if copy else (info.path, None)
+    try:
+        teacher = store.add_teacher(
+            labels=list(info.labels), name=name, source=str(source), path=str(path), fingerprint=info.fingerprint,
+            architecture=info.architecture, model_type=info.model_type, num_layers=info.num_layers,
+            hidden_size=info.hidden_size, vocab_size=info.vocab_size, dropout=info.dropout,
+            tokenizer_fingerprint=info.tokenizer_fingerprint, origin=origin, train_dataset_id=train_dataset_id,
+            student_id=student_id,
+        )
+    except BaseException:
+        if copied is not None:  # a copy no teacher row points at
+            shutil.rmtree(copied, ignore_errors=True)
+        raise
+    return teacher, notes
+
+
+def _new_name(store, info: ModelFolder, name: str | None) -> str:
+    name = check_name(default_name(info.path.name) if name is None else name, "teacher")
+    existing = store.find_teacher(name=name, fingerprint=info.fingerprint)
+    if existing is not None and existing.fingerprint == info.fingerprint:
+        raise KamalError(f"these weights are already registered as teacher {existing.name!r}")
+    if existing is not None:
+        raise KamalError(f"a teacher named {name!r} exists already; choose another --name")
+    return name
+
+
+def _notes(store, info: ModelFolder, name: str) -> list[str]:
+    """What the user should know about this teacher beside the others: shared labels, tokenizers, dropout."""
+    notes = []
+    task = task_of_architecture(info.architecture)
+    others = store.teachers_of_task(task)
+    space = store.label_space(others)
+    for label in info.labels:
+        if task == "token" and label == "O":
+            continue  # every token teacher has O: the union has one
+        if label in space.names:
+            owners = ", ".join(space.owners(label))
+            notes.append(
+                f"Label {label!r} is also taught by {owners}: it stays one label in the union, "
+                "and both teachers' predictions for it are combined there."
+            )
+    tokenizers = {t.tokenizer_fingerprint for t in others if t.tokenizer_fingerprint}
+    if others and info.tokenizer_fingerprint and info.tokenizer_fingerprint not in tokenizers:
+        notes.append(
+            f"{name} uses a different tokenizer from the other teachers: fine, each teacher's "
+            "outputs are computed with its own tokenizer and cached."
+        )
+    if info.dropout in (0, 0.0):
+        notes.append(f"{name} has dropout 0: MC-dropout probing needs --dropout P (or --mc-samples 1).")
+    return notes
+
+
+def _copy_into(workspace, info: ModelFolder) -> tuple[Path, Path | None]:
+    """The teacher's folder copied into the workspace (named by its fingerprint), and the copy made now
+    (None when an earlier registration made it)."""
+    target = workspace.artifact_dir("teachers") / info.fingerprint[:16]
+    if target.exists():
+        return target, None
+    scratch = workspace.tmp_dir()
+    try:
+        shutil.copytree(info.path, scratch / "model")
+        publish_dir(scratch / "model", target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target, target
