@@ -59,6 +59,12 @@ SECTIONS: dict[str, type] = {"workspace": WorkspaceSection, "probe": ProbeSectio
 WORKSPACE = WorkspaceSection()
 PROBE = ProbeSection()
 TRAIN = TrainSection()
+_DEFAULTS = {"workspace": WORKSPACE, "probe": PROBE, "train": TRAIN}
+
+
+def default(section: str, key: str) -> Any:
+    """A setting's default: `default("train", "lr")` is TRAIN.lr."""
+    return getattr(_DEFAULTS[section], key)
 
 
 def shown(value: Any) -> str:

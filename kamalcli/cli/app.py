@@ -10,7 +10,7 @@ from typing import Iterator
 import click
 
 from kamalcli.errors import KamalError
-from kamalcli.settings import WORKSPACE
+from kamalcli.workspace.config import SETTINGS_DEFAULT
 from kamalcli.workspace.folder import Workspace, find_workspace
 
 
@@ -25,12 +25,13 @@ class App:
             self._workspace = find_workspace(self.workspace_option)
         return self._workspace
 
-    def setting(self, section: str, key: str, given=None, default=None):
-        """A command-line value if given, else the workspace's kamal.toml, else the default."""
+    def setting(self, section: str, key: str, given=None, default=SETTINGS_DEFAULT):
+        """A command-line value if given, else the workspace's kamal.toml, else the default (the setting's own
+        unless another is given)."""
         return given if given is not None else self.workspace.setting(section, key, default)
 
     def device(self, given: str | None) -> str:
-        return self.setting("workspace", "device", given, WORKSPACE.device)
+        return self.setting("workspace", "device", given)
 
     @contextlib.contextmanager
     def reader(self) -> Iterator["Store"]:  # noqa: F821

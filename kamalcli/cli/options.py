@@ -7,7 +7,7 @@ from typing import Callable
 import click
 
 from kamalcli.cli.app import App
-from kamalcli.settings import PROBE, TRAIN, WORKSPACE, shown
+from kamalcli.settings import TRAIN, shown
 
 
 class LazyHelpOption(click.Option):
@@ -89,23 +89,23 @@ def train_settings(app: App, epochs, steps, batch_size, lr, max_length, seed, ch
     """default_epochs None: the step budget with early stopping unless --epochs (or kamal.toml) says otherwise."""
     from kamalcli.train.embeddings import check_mode
 
-    embeddings = app.setting("train", "embeddings", embeddings, TRAIN.embeddings)
+    embeddings = app.setting("train", "embeddings", embeddings)
     check_mode(embeddings)  # before any probe or model is loaded
     return {
         # --steps on the command line beats an `epochs` in kamal.toml; --epochs beats both
         "epochs": epochs if epochs is not None or steps is not None else app.setting("train", "epochs", None,
                                                                                       default_epochs),
-        "steps": app.setting("train", "steps", steps, TRAIN.steps),
-        "eval_every": app.setting("train", "eval_every", default=TRAIN.eval_every),
-        "patience": app.setting("train", "patience", default=TRAIN.patience),
-        "batch_size": app.setting("train", "batch_size", batch_size, TRAIN.batch_size),
-        "lr": float(app.setting("train", "lr", lr, TRAIN.lr)),
-        "max_length": app.setting("train", "max_length", max_length, TRAIN.max_length),
-        "warmup": float(app.setting("train", "warmup", default=TRAIN.warmup)),
-        "weight_decay": float(app.setting("train", "weight_decay", default=TRAIN.weight_decay)),
-        "grad_clip": float(app.setting("train", "grad_clip", default=TRAIN.grad_clip)),
-        "seed": app.setting("workspace", "seed", seed, WORKSPACE.seed),
-        "checkpoint_every": app.setting("train", "checkpoint_every", checkpoint_every, TRAIN.checkpoint_every),
+        "steps": app.setting("train", "steps", steps),
+        "eval_every": app.setting("train", "eval_every"),
+        "patience": app.setting("train", "patience"),
+        "batch_size": app.setting("train", "batch_size", batch_size),
+        "lr": float(app.setting("train", "lr", lr)),
+        "max_length": app.setting("train", "max_length", max_length),
+        "warmup": float(app.setting("train", "warmup")),
+        "weight_decay": float(app.setting("train", "weight_decay")),
+        "grad_clip": float(app.setting("train", "grad_clip")),
+        "seed": app.setting("workspace", "seed", seed),
+        "checkpoint_every": app.setting("train", "checkpoint_every", checkpoint_every),
         "embeddings": embeddings,
     }
 
@@ -117,10 +117,10 @@ def mc_exact_option(f):
 
 def probe_settings(app: App, mc_samples: int | None = None, mc_exact: bool | None = None) -> dict:
     return {
-        "mc_samples": app.setting("probe", "mc_samples", mc_samples, PROBE.mc_samples),
-        "mc_exact": bool(app.setting("probe", "mc_exact", mc_exact, PROBE.mc_exact)),
-        "dropout": app.setting("probe", "dropout", default=PROBE.dropout),
-        "max_length": app.setting("probe", "max_length", default=PROBE.max_length),
+        "mc_samples": app.setting("probe", "mc_samples", mc_samples),
+        "mc_exact": bool(app.setting("probe", "mc_exact", mc_exact)),
+        "dropout": app.setting("probe", "dropout"),
+        "max_length": app.setting("probe", "max_length"),
         "layers": "default",
-        "seed": app.setting("workspace", "seed", default=WORKSPACE.seed),
+        "seed": app.setting("workspace", "seed"),
     }

@@ -7,7 +7,7 @@ import click
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.options import distributed_options
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
-from kamalcli.settings import PROBE, WORKSPACE, shown
+from kamalcli.settings import PROBE, shown
 
 
 @click.command()
@@ -35,15 +35,15 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
     from kamalcli.probe.service import ProbeRequest, probe_workspace
 
     request = ProbeRequest(
-        mc_samples=app.setting("probe", "mc_samples", mc_samples, PROBE.mc_samples),
-        dropout=app.setting("probe", "dropout", dropout, PROBE.dropout),
-        max_length=app.setting("probe", "max_length", max_length, PROBE.max_length),
+        mc_samples=app.setting("probe", "mc_samples", mc_samples),
+        dropout=app.setting("probe", "dropout", dropout),
+        max_length=app.setting("probe", "max_length", max_length),
         layers=rmd_layers or "default",
-        seed=app.setting("workspace", "seed", seed, WORKSPACE.seed),
-        mc_exact=bool(app.setting("probe", "mc_exact", mc_exact, PROBE.mc_exact)),
+        seed=app.setting("workspace", "seed", seed),
+        mc_exact=bool(app.setting("probe", "mc_exact", mc_exact)),
     )
-    use_rmd = app.setting("probe", "rmd", rmd, PROBE.rmd)
-    batch = app.setting("probe", "batch_size", batch_size, PROBE.batch_size)
+    use_rmd = app.setting("probe", "rmd", rmd)
+    batch = app.setting("probe", "batch_size", batch_size)
     if batch < 1:
         raise click.BadParameter("must be at least 1", param_hint="--batch-size")
     with app.job(app.device(device), backend) as store:

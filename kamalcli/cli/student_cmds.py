@@ -9,7 +9,7 @@ from kamalcli.cli.options import (LazyHelpOption, distributed_options, mc_exact_
                                   train_options, train_settings, trained_methods)
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 from kamalcli.errors import KamalError
-from kamalcli.settings import PROBE, TRAIN, shown
+from kamalcli.settings import PROBE, shown
 
 
 @click.command()
@@ -70,9 +70,9 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         raise KamalError("choose a method with --method (see `kamal methods`)")
     request = service.AmalgamateRequest(
         method=method, options=list(options),
-        student=student_base or app.workspace.setting("train", "student", TRAIN.student),
+        student=student_base or app.workspace.setting("train", "student"),
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
-        select_by=select_by or app.workspace.setting("train", "select_by", TRAIN.select_by), rmd_fit=rmd_fit,
+        select_by=select_by or app.workspace.setting("train", "select_by"), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
@@ -104,7 +104,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
 
     base = service.AmalgamateRequest(
         method=method or "", options=list(options), name=name, data=data,
-        select_by=select_by or app.workspace.setting("train", "select_by", TRAIN.select_by),
+        select_by=select_by or app.workspace.setting("train", "select_by"),
         train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
         probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
     )
@@ -175,7 +175,7 @@ def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, device,
         dataset = store.dataset(data_name)
         if baseline:
             metrics = evaluate_baseline(app.workspace, store, baseline, dataset, device=device,
-                                        max_length=app.workspace.setting("probe", "max_length", PROBE.max_length),
+                                        max_length=app.workspace.setting("probe", "max_length"),
                                         teacher_names=teacher_names)
             subject = f"baseline {baseline_name(baseline, teacher_names)}"
         else:

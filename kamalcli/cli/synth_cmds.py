@@ -6,7 +6,6 @@ import click
 
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, note, table
-from kamalcli.settings import WORKSPACE
 
 
 @click.command("synthesize")
@@ -49,7 +48,7 @@ def synthesize(app: App, per_class, name, lm, teacher_names, prompts, strength, 
         name=name, per_class=per_class, lm=lm or DEFAULT_LM, teachers=tuple(teacher_names),
         prompts=tuple(prompts) or (DEFAULT_PROMPT,), strength=strength, top_m=top_m, top_p=top_p,
         max_new_tokens=max_new_tokens, mode=mode, chunk_tokens=chunk_tokens, chunk_candidates=chunk_candidates,
-        batch_size=batch_size, seed=app.setting("workspace", "seed", seed, WORKSPACE.seed), device=app.device(device),
+        batch_size=batch_size, seed=app.setting("workspace", "seed", seed), device=app.device(device),
     )
     request.check()  # before taking the lock or loading anything
     with app.writer() as store:

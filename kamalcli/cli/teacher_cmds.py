@@ -9,7 +9,6 @@ from kamalcli.cli.render import emit_json, json_option, note, table
 from kamalcli.errors import KamalError
 from kamalcli.cli.options import distributed_options, train_options, train_settings
 from kamalcli.names import split_labels
-from kamalcli.settings import TRAIN
 
 
 @click.command("add-teacher")
@@ -98,7 +97,7 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
             raise KamalError("give DATA, --labels a,b,... and --name NAME (or --resume NAME)")
         request = TeacherRequest(
             data=data, labels=split_labels(labels), name=name,
-            base=base or app.workspace.setting("train", "student", TRAIN.student), base_layers=base_layers,
+            base=base or app.workspace.setting("train", "student"), base_layers=base_layers,
             train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings,
                                  default_epochs=1),
             device=app.device(device),

@@ -29,6 +29,7 @@ import torch
 
 from kamalcli.errors import KamalError
 from kamalcli.methods.base import FeatureContext
+from kamalcli.models.inference import mean_pool
 from kamalcli.train.auxiliary import Auxiliary, StudentView
 
 
@@ -192,11 +193,6 @@ def teacher_features(context: FeatureContext, layers: dict[int, tuple[int, ...]]
     if source == "pooled":
         return TeacherFeatures(True, context.sources.cached(layers), None)
     return TeacherFeatures(False, {}, context.sources.in_loop(layers, models))
-
-
-def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
 
 
 class FeatureAuxiliary(Auxiliary):

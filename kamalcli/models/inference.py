@@ -39,6 +39,13 @@ def predict_logits(model: torch.nn.Module, encoded: Encoded, *, batch_size: int 
     return out
 
 
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, L, d) states -> (B, d): the mean over the real tokens (mask 1), padding left out. The probe pools
+    teachers' features with it and feature-level methods the student's, so the two compare."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
+
 def classifier_logits(folder: Path, texts: list[str], max_length: int, *, device: str = "cpu",
                       batch_size: int = 32) -> np.ndarray:
     """A sequence classifier's logits for texts."""

@@ -71,6 +71,7 @@ def _compute(folder: Path, texts: list[str], max_length: int, device: str, pooli
     from transformers import AutoConfig, AutoModel
 
     from kamalcli.models.batching import encode, inference_batches
+    from kamalcli.models.inference import mean_pool
     from kamalcli.models.loading import load_tokenizer
 
     config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
@@ -84,7 +85,6 @@ def _compute(folder: Path, texts: list[str], max_length: int, device: str, pooli
             if pooling == "cls":
                 out[rows] = states[:, 0].cpu().numpy()
             else:
-                mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-                mean = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+                mean = mean_pool(states, batch["attention_mask"])
                 out[rows] = torch.nn.functional.normalize(mean, dim=-1).cpu().numpy()
     return out

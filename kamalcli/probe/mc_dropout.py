@@ -30,6 +30,7 @@ import torch
 
 from kamalcli.models.batching import Encoded, inference_batches
 from kamalcli.errors import KamalError
+from kamalcli.models.inference import mean_pool
 from kamalcli.models.loading import disable_mc_dropout, enable_mc_dropout
 from kamalcli.probe.adaptive import adaptive_mc_mean
 from kamalcli.probe.dropout_masks import dropout_passes
@@ -57,11 +58,6 @@ def check_dropout(model: torch.nn.Module, settings: ProbeSettings, teacher_name:
             "Use --mc-samples 1 (plain probabilities) or set a rate with --dropout 0.1"
         )
     return active
-
-
-def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
 
 
 def _row_groups(encoded: Encoded, batch_size: int, out_dir: Path,

@@ -19,13 +19,15 @@ def _labelled(dataset):
 
 
 def evaluate_student(store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
-    from kamalcli.students.predict import student_logits
+    from kamalcli.models.inference import classifier_logits
+    from kamalcli.runtime import resolve_device
 
     if student.task == "token":
         return evaluate_token_student(store, student, dataset, device=device)
-    student.folder  # noqa: B018 - refused in one line before the data is read when the folder is gone
+    folder = student.folder  # a folder gone from disk is refused before the data is read
     texts, gold = _labelled(dataset)
-    pred = student_logits(student, texts, device=device, batch_size=batch_size).argmax(axis=1)
+    pred = classifier_logits(folder, texts, student.max_length, device=resolve_device(device),
+                             batch_size=batch_size).argmax(axis=1)
     gold_idx = label_indices(gold, student.labels)
     metrics = classification_metrics(pred, gold_idx, student.labels)
     if student.parent:

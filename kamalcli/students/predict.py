@@ -23,15 +23,6 @@ def read_texts(path: str) -> list[str]:
     return texts
 
 
-def student_logits(student, texts: list[str], *, device: str = "auto", batch_size: int = 32) -> np.ndarray:
-    """The student's logits for texts, with PyTorch, tokenised as in its training."""
-    from kamalcli.models.inference import classifier_logits
-    from kamalcli.runtime import resolve_device
-
-    return classifier_logits(student.folder, texts, student.max_length, device=resolve_device(device),
-                             batch_size=batch_size)
-
-
 def predict_texts(student, texts: list[str], *, export=None, device: str = "auto",
                   batch_size: int = 32) -> tuple[list[str], np.ndarray]:
     if getattr(student, "task", "sequence") == "token":

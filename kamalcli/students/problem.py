@@ -38,25 +38,22 @@ def build_problem(workspace, store, request, method, options, teachers, dataset,
                  workdir, run_id, say, read_only)
 
 
-def sequence_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config, workdir,
-             run_id, say, read_only: bool = False) -> Problem:
+def sequence_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                     workdir, run_id, say, read_only: bool = False) -> Problem:
     """1. the teachers' outputs (probed first if missing), 2. the student, its objective and model selection."""
     from kamalcli.models.batching import encode
     from kamalcli.data.text import load_dataset_rows
-    from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss, holdout_split
+    from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss
 
     device = train_config.device
     outputs, probes, runner = _probed_outputs(workspace, store, request, method, options, teachers, dataset,
-                                               probe_request, train_config, run_id, say, read_only)
+                                              probe_request, train_config, run_id, say, read_only)
 
     # 2. the student, over the union label space (an extended student keeps its old label ids)
     model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
     texts, gold = load_dataset_rows(dataset)
     encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
-    if request.select_by == "transfer-loss":  # the held-out slice exists only for label-free selection
-        train_rows, held_out = holdout_split(len(texts), train_config.seed)
-    else:
-        train_rows, held_out = np.arange(len(texts)), np.arange(0)
+    train_rows, held_out = _split_rows(request.select_by, len(texts), train_config.seed)
     if method.level == "feature":
         context = _feature_context(method, outputs, model, teachers, dataset, runner, texts, encoded, gold,
                                    train_config, device, workdir, say)
@@ -76,14 +73,14 @@ def sequence_problem(workspace, store, request, method, options, teachers, datas
     return Problem(model, tokenizer, base_folder, outputs, probes, encoded, objective, selector, train_rows, held_out)
 
 
-def token_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config, workdir,
-                   run_id, say, read_only: bool = False) -> Problem:
+def token_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
+                  workdir, run_id, say, read_only: bool = False) -> Problem:
     """The token-level problem (named entities): per-word teacher outputs, a token-classifier student,
     targets per word read at the student's first sub-token of each word (kamalcli/methods/muki.py, vanilla_kd.py, uhc.py)."""
     from kamalcli.probe import tokens as token_probe
     from kamalcli.data.tokens import load_token_rows
-    from kamalcli.train.evaluate import HeldOutLoss, holdout_split
     from kamalcli.models.words import encode_words
+    from kamalcli.train.evaluate import HeldOutLoss
 
     mc_samples = probe_request.mc_samples if reads_confidences(method, options) else \
         token_probe.cached_passes(store, teachers, dataset, train_config.max_length)
@@ -98,10 +95,7 @@ def token_problem(workspace, store, request, method, options, teachers, dataset,
     if aligned.cut_words():
         say(f"{aligned.cut_words()} words lie beyond --max-length {train_config.max_length} for the student and are "
             "not trained on.")
-    if request.select_by == "transfer-loss":
-        train_rows, held_out = holdout_split(len(sentences), train_config.seed)
-    else:
-        train_rows, held_out = np.arange(len(sentences)), np.arange(0)
+    train_rows, held_out = _split_rows(request.select_by, len(sentences), train_config.seed)
     selector = None
     if request.select_by == "transfer-loss" and len(held_out):
         selector = HeldOutLoss(objective, aligned.encoded, held_out, train_config.device)
@@ -114,11 +108,21 @@ def token_problem(workspace, store, request, method, options, teachers, dataset,
                                     train_config.device)
         say(f"Model selection uses the tags of {eval_set.name} (entity F1; recorded with the student).")
     return Problem(model, tokenizer, base_folder, outputs, probes, aligned.encoded, objective, selector, train_rows,
-                    held_out)
+                   held_out)
+
+
+def _split_rows(select_by: str, rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows to train on, held-out rows): the held-out slice exists only for label-free selection
+    (select_by transfer-loss); eval:NAME selects on its own labelled data."""
+    from kamalcli.train.evaluate import holdout_split
+
+    if select_by == "transfer-loss":
+        return holdout_split(rows, seed)
+    return np.arange(rows), np.arange(0)
 
 
 def _probed_outputs(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
-                     run_id, say, read_only):
+                    run_id, say, read_only):
     """1. teachers' outputs on the transfer rows, from the probe cache."""
     from kamalcli.probe.runner import Runner
 

@@ -74,7 +74,6 @@ class _TeacherProblem:
         train_rows, held_out = holdout_split(len(texts), config.seed, max_rows=None)
         return cls(model, tokenizer, texts, label_ids, encoded, supervised_objective(label_ids), train_rows, held_out)
 
-
     @classmethod
     def build_token(cls, request: TeacherRequest, dataset, config) -> "_TeacherProblem":
         """A token classifier over O and B-/I- tags of the entity types in request.labels; the data's other
@@ -82,8 +81,9 @@ class _TeacherProblem:
         from kamalcli.models.bases import resolve_model_source
         from kamalcli.models.loading import build_student, load_tokenizer
         from kamalcli.data.tokens import load_token_rows
-        from kamalcli.train.evaluate import holdout_split
+        from kamalcli.methods.losses import word_cross_entropy
         from kamalcli.models.words import encode_words, max_words
+        from kamalcli.train.evaluate import holdout_split
 
         base = resolve_model_source(request.base)
         sentences, gold = load_token_rows(dataset)
@@ -96,7 +96,7 @@ class _TeacherProblem:
         model = build_student(base, names, num_layers=request.base_layers, seed=config.seed, task="token")
         tokenizer = load_tokenizer(base)
         aligned = encode_words(tokenizer, sentences, config.max_length, config=model.config)
-        objective = Objective({"tags": tags, "positions": aligned.positions(width)}, _word_cross_entropy)
+        objective = Objective({"tags": tags, "positions": aligned.positions(width)}, word_cross_entropy)
         train_rows, held_out = holdout_split(len(sentences), config.seed, max_rows=None)
         return cls(model, tokenizer, sentences, tags, aligned.encoded, objective, train_rows, held_out)
 
@@ -104,12 +104,6 @@ class _TeacherProblem:
 def token_tag_names(types: list[str]) -> list[str]:
     """O, then B- and I- of each entity type."""
     return ["O"] + [f"{prefix}-{kind}" for kind in types for prefix in ("B", "I")]
-
-
-def _word_cross_entropy(logits, batch):
-    from kamalcli.methods.losses import word_cross_entropy
-
-    return word_cross_entropy(logits, batch)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ from typing import Any
 
 from kamalcli.errors import KamalError
 from kamalcli.files import write_text_atomic
-from kamalcli.settings import HEADER, SECTIONS, shown
+from kamalcli.settings import HEADER, SECTIONS, default as settings_default, shown
 
 CONFIG_NAME = "kamal.toml"
+SETTINGS_DEFAULT: Any = object()  # as a default: the setting's own, from kamalcli/settings.py
 _COMMENT_COLUMN = 22  # a comment on a setting's line starts after this column
 
 
@@ -70,13 +71,14 @@ def read_config(path: Path) -> dict[str, Any]:
         raise KamalError(f"{path} is not valid TOML: {e}") from None
 
 
-def config_setting(path: Path, section: str, key: str, default: Any = None) -> Any:
-    """A kamal.toml value (or the default), checked against the type the setting must have."""
+def config_setting(path: Path, section: str, key: str, default: Any = SETTINGS_DEFAULT) -> Any:
+    """A kamal.toml value (or the default: the setting's own unless another is given), checked against the
+    type the setting must have."""
     table = read_config(path).get(section, {})
     if not isinstance(table, dict):
         raise KamalError(f"{path}: [{section}] must be a table of settings")
     if key not in table:
-        return default
+        return settings_default(section, key) if default is SETTINGS_DEFAULT else default
     value, wanted = table[key], SETTING_TYPES.get((section, key))
     if wanted is not None and not _has_type(value, wanted):
         raise KamalError(f"{path}: [{section}] {key} = {value!r} must be {_TYPE_NAMES[wanted]}")

@@ -13,7 +13,8 @@ from typing import Any, Iterator
 
 from kamalcli.errors import KamalError
 from kamalcli.files import ensure_writable_dir, write_text_atomic
-from kamalcli.workspace.config import CONFIG_NAME, config_setting, read_config, render_config, template_text
+from kamalcli.workspace.config import (CONFIG_NAME, SETTINGS_DEFAULT, config_setting, read_config, render_config,
+                                       template_text)
 
 STATE_DIR = ".kamal"
 ARTIFACT_KINDS = ("teachers", "data", "probes", "students", "exports", "runs", "tmp")
@@ -59,8 +60,8 @@ class Workspace:
     def config(self) -> dict[str, Any]:
         return read_config(self.config_path)
 
-    def setting(self, section: str, key: str, default: Any = None) -> Any:
-        """A kamal.toml value (or the default), checked against the type the setting must have."""
+    def setting(self, section: str, key: str, default: Any = SETTINGS_DEFAULT) -> Any:
+        """A kamal.toml value (or the default: the setting's own unless another is given), type-checked."""
         return config_setting(self.config_path, section, key, default)
 
     # -- database ------------------------------------------------------
