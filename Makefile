@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 # The logic tier: tiny models built once per run, no real pretrained base; the tests spread over the cores.
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -n auto
+	$(BIN)/python -m pytest -m "not slow" -n auto --dist loadgroup
 
 # Everything: adds the real-model tier and the multi-process runs. CI runs this.
 test-all: $(STAMP)

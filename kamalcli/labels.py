@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from kamalcli.errors import KamalError
+
 _GENERIC = re.compile(r"^(LABEL_?\d+|label_?\d+|\d+)$")
 
 
@@ -25,6 +27,42 @@ def label_indices(gold: Sequence[str], names: Sequence[str]) -> np.ndarray:
 def is_generic_label(name: str) -> bool:
     """LABEL_0, LABEL_1... (what transformers writes when nobody named the classes)."""
     return bool(_GENERIC.match(str(name)))
+
+
+def upper_tag(tag: str) -> str:
+    """A BIO tag with its entity type upper-cased (B-per -> B-PER), so that teachers and data agree; O as is."""
+    prefix, dash, kind = tag.partition("-")
+    return f"{prefix}-{kind.upper()}" if dash and prefix in ("B", "I") else tag
+
+
+def bio_tag_set(tags: Sequence[str], source) -> tuple[list[str], dict[str, str]]:
+    """A token classifier's tags with entity types upper-cased, and those renamed (old -> new).
+
+    Refused in one line: two tags that differ only in case (the head has an output for each, the union
+    would have one), and an I-TYPE without its B-TYPE (no output begins that type's entities). A B-TYPE
+    without I-TYPE is fine: some entity types are one token long.
+    """
+    upper = [upper_tag(t) for t in tags]
+    first: dict[str, str] = {}
+    for tag, new in zip(tags, upper):
+        if new in first:
+            raise KamalError(f"{source}: tags {first[new]} and {tag} differ only in case; kamal upper-cases "
+                             "entity types, and this head has an output for each")
+        first[new] = tag
+    lone = [t for t in upper if t.startswith("I-") and f"B-{t[2:]}" not in first]
+    if lone:
+        raise KamalError(f"{source}: tag {lone[0]} has no B-{lone[0][2:]} (BIO: an entity begins at B-TYPE and "
+                         "continues with I-TYPE)")
+    return upper, {old: new for old, new in zip(tags, upper) if old != new}
+
+
+def renamed_tags_note(renamed: dict[str, str]) -> list[str]:
+    """What the user is told when tags were upper-cased (none: nothing)."""
+    if not renamed:
+        return []
+    listed = ", ".join(f"{old} -> {new}" for old, new in list(renamed.items())[:6])
+    more = f" and {len(renamed) - 6} more" if len(renamed) > 6 else ""
+    return [f"Entity types are upper-cased so that teachers and data agree: {listed}{more}."]
 
 
 @dataclass(frozen=True)

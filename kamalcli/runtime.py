@@ -26,6 +26,16 @@ def say_once(message: str) -> None:
         print(message, file=sys.stderr)
 
 
+def said() -> set[str]:
+    """The notes said so far in this command."""
+    return set(_said)
+
+
+def count_as_said(notes: set[str]) -> None:
+    """Notes the user has read in an earlier command: say_once leaves them unsaid in this one."""
+    _said.update(notes)
+
+
 def cut_at_model_limit(limit: int, asked: int) -> int:
     """The max length to use when `asked` tokens are more than the model's `limit` takes; said once."""
     say_once(f"Note: the model takes at most {limit} tokens, so texts are cut at {limit}, "

@@ -107,6 +107,12 @@ def trained(tmp_path_factory, assets) -> dict[str, Path]:
     return {**teachers, "workspace": ws}
 
 
+@pytest.fixture(scope="session")
+def lm(tmp_path_factory) -> Path:
+    """A tiny causal LM (Llama-shaped) for kamal synthesize."""
+    return tiny.make_causal_lm(tmp_path_factory.mktemp("lm") / "lm", seed=7)
+
+
 def add_teachers_and_data(kamal: Kamal, teachers: dict[str, Path], assets) -> Kamal:
     """Register these teacher folders by name, the transfer pool and the labelled test set."""
     for name, folder in teachers.items():

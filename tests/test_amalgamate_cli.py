@@ -118,8 +118,10 @@ def test_eval_predict_and_baselines(two_teachers, assets, tmp_path):
     texts = tmp_path / "more.txt"
     texts.write_text("goal match league\n\nbank shares market\n")
     predictions = two_teachers.json("predict", "kd", "election treaty minister", "--file", texts, "--top", "2")
-    assert [p["text"] for p in predictions] == ["election treaty minister", "goal match league", "bank shares market"]
-    assert all(p["label"] in ("world", "sports", "business", "scitech") and len(p["top"]) == 2 for p in predictions)
+    assert [p["text"] for p in predictions] == ["election treaty minister", "goal match league", "", "bank shares market"]
+    assert predictions[2]["label"] is None  # the blank line keeps its place (tests/test_predict_cli.py)
+    assert all(p["label"] in ("world", "sports", "business", "scitech") and len(p["top"]) == 2
+               for p in predictions if p["text"])
     plain = two_teachers("predict", "kd", "goal match")
     assert plain.stdout.split("\t")[0] in ("world", "sports", "business", "scitech")
 

@@ -68,7 +68,7 @@ def test_eval_needs_labels(kamal, assets):
     ("cols.csv", b"body,topic\nhello,world\n", "which column holds the text"),
     ("nulls.jsonl", b'{"text": "a", "label": "x"}\n{"text": null, "label": "y"}\n', "row 2 has no text"),
     ("notes.pdf", b"%PDF-1.4", "unknown file type"),
-    ("broken.jsonl", b'{"text": "a"\n', "cannot read"),
+    ("broken.jsonl", b'{"text": "a"\n', "broken.jsonl line 1: not valid JSON"),
 ])
 def test_bad_files_exit_2_with_one_line_and_change_nothing(kamal, tmp_path, name, content, message):
     path = tmp_path / name

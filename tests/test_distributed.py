@@ -234,6 +234,22 @@ def _rank_pids(launcher: int) -> dict[int, int]:
 
 
 @pytest.mark.slow
+def test_killing_rank_0_is_recorded_interrupted_by_the_launcher(two_teachers, assets):
+    proc, _ = long_training_with_a_checkpoint(two_teachers, assets, "headless")
+    os.kill(_rank_pids(proc.pid)[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1 and "process 0 of the job died (signal 9)" in err, err
+    conn = sqlite3.connect(two_teachers.workspace / ".kamal" / "kamal.db")  # as the launcher left it: no reader ran
+    try:
+        rows = conn.execute("SELECT status, error FROM runs WHERE name = 'headless'").fetchall()
+    finally:
+        conn.close()
+    assert rows == [("interrupted", "the process ended without finishing (killed or crashed)")]
+    kamal_run(two_teachers.workspace, "amalgamate", "--resume", "headless")  # its checkpoint was kept
+    assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "headless"] == ["interrupted", "done"]
+
+
+@pytest.mark.slow
 def test_a_lost_rank_marks_the_run_interrupted_and_it_resumes_on_two(two_teachers, assets):
     proc, runs = long_training_with_a_checkpoint(two_teachers, assets, "lost")
     os.kill(_rank_pids(proc.pid)[1], signal.SIGKILL)
@@ -247,14 +263,20 @@ def test_a_lost_rank_marks_the_run_interrupted_and_it_resumes_on_two(two_teacher
 
 
 @pytest.mark.slow
-def test_a_busy_workspace_stops_every_rank_with_one_line(two_teachers):
+def test_data_another_command_writes_stops_every_rank_with_one_line(two_teachers):
     from kamalcli.workspace.folder import Workspace
+    from kamalcli.workspace.store import Store
 
-    with Workspace(two_teachers.workspace).write_lock():  # another kamal command is writing
+    store = Store.open(Workspace(two_teachers.workspace), holder="kamal add-data")
+    store.claim("dataset", "pool", exclusive=True)  # another kamal command is writing dataset pool
+    try:
         result = kamal_run(two_teachers.workspace, "probe", "--nproc", "2", code=2)
+    finally:
+        store.close()
     assert result.stderr.strip().splitlines() == [
-        f"Error: the workspace is busy: another kamal command (pid {os.getpid()}) is writing to it; "
-        "wait for it to finish"]
+        f"Error: dataset pool is in use: kamal add-data (pid {os.getpid()}) is writing it; try again when it has "
+        "finished"]
+    assert [r for r in two_teachers.json("runs") if r["kind"] == "probe"] == []  # refused before it started
 
 
 @pytest.mark.slow

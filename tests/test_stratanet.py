@@ -136,12 +136,6 @@ def test_rmd_is_fitted_on_generated_rows_the_teacher_puts_in_their_class(monkeyp
 
 # -- through the CLI ----------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def lm(tmp_path_factory):
-    import tiny
-
-    return tiny.make_causal_lm(tmp_path_factory.mktemp("lm") / "lm", seed=7)
-
 
 def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm, uninstalled_base):
     kamal("add-teacher", trained["news"], "--name", "news")

@@ -13,10 +13,6 @@ from kamalcli.synth.quality import distinct_2, near_duplicate_share
 SMALL = ["--per-class", 4, "--max-new-tokens", 6, "--batch-size", 2, "--top-m", 5]
 
 
-@pytest.fixture(scope="session")
-def lm(tmp_path_factory):
-    return tiny.make_causal_lm(tmp_path_factory.mktemp("lm") / "lm", seed=7)
-
 
 @pytest.fixture
 def news(kamal, trained):

@@ -57,15 +57,22 @@ def test_commands_outside_a_workspace_fail_with_one_line(tmp_path, monkeypatch):
     assert result.stderr.strip() == "Error: not inside a kamal workspace: run `kamal init PATH`, or pass --workspace"
 
 
-def test_a_second_writer_is_refused_while_readers_still_work(ws, kamal, assets):
+def test_a_writer_of_the_same_dataset_is_refused_while_readers_and_other_writers_work(ws, kamal, assets):
     from kamalcli.workspace.folder import Workspace
+    from kamalcli.workspace.store import Store
 
-    with Workspace(ws).write_lock():
+    store = Store.open(Workspace(ws), holder="kamal add-data")
+    store.claim("dataset", "pool", exclusive=True)  # another command is writing dataset pool
+    try:
         result = kamal("add-data", assets["pool"], "--name", "pool", code=2)
-        assert "busy" in result.stderr and f"pid {os.getpid()}" in result.stderr
+        assert result.stderr == (f"Error: dataset pool is in use: kamal add-data (pid {os.getpid()}) is writing it; "
+                                 "try again when it has finished\n")
         assert kamal.json("data") == []          # readers are not blocked
         kamal("status")
-    kamal("add-data", assets["pool"], "--name", "pool")  # the lock is released afterwards
+        kamal("add-data", assets["test"], "--name", "test", "--role", "eval")  # nor writers of other things
+    finally:
+        store.close()
+    kamal("add-data", assets["pool"], "--name", "pool")  # the claim ends with the command that held it
 
 
 def test_unexpected_errors_are_one_line_and_debug_shows_the_traceback(kamal, monkeypatch):

@@ -45,20 +45,30 @@ class App:
 
     @contextlib.contextmanager
     def writer(self) -> Iterator["Store"]:  # noqa: F821
-        """Hold the workspace's write lock. Any run still 'running' now was cut off, and what
-        killed or failed commands left behind is removed."""
+        """A store for a command that writes. Writers run side by side, each claiming the teachers,
+        datasets and students it touches (store.claim); runs whose process is gone are recorded
+        interrupted, and when no other command runs, what killed or failed commands left is removed."""
         from kamalcli import distributed
         from kamalcli.workspace.cleanup import clean_leftovers
         from kamalcli.workspace.store import Store
 
+        command = click.get_current_context().info_name
         if distributed.current().size > 1 and not distributed.current().distributed:
-            raise KamalError(f"kamal {click.get_current_context().info_name} runs in one process; under torchrun "
+            raise KamalError(f"kamal {command} runs in one process; under torchrun "
                              "only probe, amalgamate, extend and train-teacher run")
-        with self.workspace.write_lock():
+
+        def clean_up() -> None:
             store = Store.open(self.workspace)
             try:
-                store.mark_stale_runs()
+                store.mark_stale_runs()  # first: a cut-off run's checkpoints stay for --resume
                 clean_leftovers(self.workspace, store, _has_progress)
+            finally:
+                store.close()
+
+        with self.workspace.shared_write_lock(when_alone=clean_up):
+            store = Store.open(self.workspace, holder=f"kamal {command}")
+            try:
+                store.mark_stale_runs()
                 yield store
             finally:
                 store.close()

@@ -97,6 +97,7 @@ def remove_data(app: App, name: str) -> None:
     from kamalcli.files import remove_artifacts
 
     with app.writer() as store:
+        store.claim("dataset", name, exclusive=True)
         dataset = store.dataset(name)
         paths = store.probe_artifacts(dataset_id=dataset.id)
         if not store.dataset_shared(dataset):

@@ -73,7 +73,11 @@ def distributed_options(f):
             from kamalcli.runtime import resolve_device
 
             distributed.resolve_backend(backend, resolve_device(device))  # refused here, before any process starts
-            ctx.exit(distributed.launch(nproc, distributed.without_nproc(ctx.find_root().meta["kamal.argv"])))
+            code = distributed.launch(nproc, distributed.without_nproc(ctx.find_root().meta["kamal.argv"]))
+            if code != 0:  # a rank killed or crashed leaves its run 'running': say now that it was cut off
+                with ctx.find_object(App).reader() as store:
+                    store.mark_stale_runs()
+            ctx.exit(code)
         return f(*args, backend=backend, **kwargs)
 
     return wrapper

@@ -78,14 +78,22 @@ def _selection_table(dataset: str, result: dict) -> None:
 
 @click.command()
 @json_option
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
-              help="Write the whole report with its plots as one self-contained HTML file (opens offline).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True, allow_dash=True), metavar="FILE",
+              help="Write the whole report with its plots as one self-contained HTML file (opens offline); "
+                   "- writes it to standard output.")
+@click.option("--force", is_flag=True,
+              help="With --html: replace an existing file that is not a kamal report (never the workspace's "
+                   "own files, nor a teacher's, student's or export's folder).")
 @pass_app
-def report(app: App, as_json: bool, html_path: str | None) -> None:
+def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
     """Probe results: uncertainty, calibration (ECE) in and out of domain, and selection quality."""
-    if html_path:
-        _html_report(app, html_path, as_json)
+    from kamalcli.errors import KamalError
+
+    if html_path is not None:
+        _html_report(app, html_path, as_json, force)
         return
+    if force:
+        raise KamalError("--force applies to --html only")
     from kamalcli.report.gather import text_report
 
     with app.reader() as store:
@@ -160,17 +168,24 @@ def _policy_tables(policies: list[dict]) -> None:
             click.echo(f"  Its selected teacher owns the gold label: {listed}.")
 
 
-def _html_report(app: App, path: str, as_json: bool) -> None:
+def _html_report(app: App, path: str, as_json: bool, force: bool) -> None:
     from pathlib import Path
 
     from kamalcli.errors import KamalError
-    from kamalcli.report import write_html_report
+    from kamalcli.report import html_report, write_html_report
+    from kamalcli.report.target import is_stdout
 
-    target = Path(path).expanduser().resolve()
-    if not target.parent.is_dir():
-        raise KamalError(f"cannot write {path}: no folder {target.parent}")
+    if not path.strip():
+        raise KamalError("--html needs a file name (or - for standard output)")
+    if is_stdout(path):
+        if as_json:
+            raise KamalError("--html - and --json would both write to standard output: choose one")
+        with app.reader() as store:
+            text, _ = html_report(app.workspace, store)
+        click.echo(text, nl=False)
+        return
     with app.reader() as store:
-        written = write_html_report(app.workspace, store, target)
+        written = write_html_report(app.workspace, store, Path(path).expanduser().resolve(), force=force)
     if as_json:
         emit_json(written)
         return

@@ -74,7 +74,8 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
         student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
         select_by=select_by or app.workspace.setting("train", "select_by"), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
-        probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
+        probe=probe_settings(app, mc_samples, mc_exact), probe_given=_probe_given(mc_samples, mc_exact),
+        device=app.device(device), reprobe=reprobe,
     )
     with app.job(app.device(device), backend) as store:
         student = service.amalgamate(app.workspace, store, request, say=note)
@@ -106,12 +107,18 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
         method=method or "", options=list(options), name=name, data=data,
         select_by=select_by or app.workspace.setting("train", "select_by"),
         train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
-        probe=probe_settings(app, mc_samples, mc_exact), device=app.device(device), reprobe=reprobe,
+        probe=probe_settings(app, mc_samples, mc_exact), probe_given=_probe_given(mc_samples, mc_exact),
+        device=app.device(device), reprobe=reprobe,
     )
     with app.job(app.device(device), backend) as store:
         student = run_extend(app.workspace, store, base, student_name=student_name,
                              teacher_names=list(teacher_names), refine=refine, say=note)
     _trained(student)
+
+
+def _probe_given(mc_samples, mc_exact) -> list[str]:
+    """The probe settings named on the command line: a cached probe must match them (probe/choice.py)."""
+    return [name for name, value in (("mc_samples", mc_samples), ("mc_exact", mc_exact)) if value is not None]
 
 
 def _trained(student) -> None:
@@ -173,6 +180,7 @@ def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, device,
     device = app.device(device)
     with app.writer() as store:
         dataset = store.dataset(data_name)
+        store.claim_inputs(datasets=[dataset])
         if baseline:
             metrics = evaluate_baseline(app.workspace, store, baseline, dataset, device=device,
                                         max_length=app.workspace.setting("probe", "max_length"),
@@ -211,54 +219,48 @@ def _entity_table(subject: str, data_name: str, metrics: dict) -> None:
 @click.command()
 @click.argument("student_name")
 @click.argument("texts", nargs=-1)
-@click.option("--file", "file", type=click.Path(dir_okay=False), help="A file with one text per line.")
+@click.option("--file", "file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="A file with one text per line (- reads stdin; texts piped on stdin are read without it).")
 @click.option("--onnx", is_flag=True, help="Use the student's ONNX export (kamal export STUDENT --onnx).")
 @click.option("--device", help="cpu, cuda or auto.")
 @click.option("--top", type=click.IntRange(min=1), default=1, show_default=True, help="Show the N most likely labels.")
 @json_option
 @pass_app
 def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> None:
-    """Classify texts with a student (a token student prints the entities it finds)."""
-    from kamalcli.students.predict import predict_texts, read_texts
+    """Classify texts with a student (a token student prints the entities it finds): one result per text or
+    line, in order; a blank line gets a row that says it was not classified."""
+    from kamalcli.students.predict import gather_texts, predict_rows
 
-    all_texts = list(texts) + (read_texts(file) if file else [])
-    if not all_texts:
-        raise KamalError("nothing to classify: give TEXT arguments or --file FILE")
+    all_texts = gather_texts(texts, file)
     with app.reader() as store:
         student = store.student(student_name)
         export = store.latest_export(student.id) if onnx else None
     if onnx and export is None:
         raise KamalError(f"student {student_name} has no ONNX export yet: run `kamal export {student_name} --onnx`")
-    device = app.device(device)
-    if student.task == "token":
-        _print_entities(student, all_texts, export, device, as_json)
-        return
-    labels, probs = predict_texts(student, all_texts, export=export, device=device)
-    top = min(top, len(labels))
-    results = []
-    for text, p in zip(all_texts, probs):
-        order = p.argsort()[::-1][:top]
-        results.append({"text": text, "label": labels[order[0]], "probability": float(p[order[0]]),
-                        "top": [{"label": labels[i], "probability": float(p[i])} for i in order]})
+    rows = predict_rows(student, all_texts, export=export, device=app.device(device), top=top)
     if as_json:
-        emit_json(results)
-        return
-    for r in results:
+        emit_json(rows)
+    elif student.task == "token":
+        _print_entities(rows)
+    else:
+        _print_labels(rows)
+
+
+def _print_labels(rows: list[dict]) -> None:
+    """One line per text: label, probability, text, the other top labels; - - for a text not classified."""
+    for r in rows:
+        if "note" in r:
+            click.echo(f"-\t-\t{r['text'][:80]}\t({r['note']})")
+            continue
         alternatives = "  ".join(f"{t['label']} {t['probability']:.3f}" for t in r["top"][1:])
         click.echo(f"{r['label']}\t{r['probability']:.3f}\t{r['text'][:80]}" + (f"\t({alternatives})" if alternatives else ""))
 
 
-def _print_entities(student, texts, export, device, as_json: bool) -> None:
+def _print_entities(rows: list[dict]) -> None:
     """One line per text: its entities as TYPE "text" [start:end] score (character offsets)."""
-    from kamalcli.students.predict import predict_entities
-
-    results = predict_entities(student, texts, export=export, device=device)
-    if as_json:
-        emit_json(results)
-        return
-    for r in results:
+    for r in rows:
         found = "  ".join(f'{e["type"]} "{e["text"]}" [{e["start"]}:{e["end"]}] {e["score"]:.3f}'
-                          for e in r["entities"]) or "(no entities)"
+                          for e in r["entities"]) or (f"({r['note']})" if "note" in r else "(no entities)")
         click.echo(f"{found}\t{r['text'][:80]}")
 
 

@@ -9,7 +9,8 @@ from kamalcli.cli.render import emit_json, json_option, note, table
 
 
 @click.command("synthesize")
-@click.option("--per-class", type=int, default=100, show_default=True, help="Texts per class of each teacher.")
+@click.option("--per-class", type=int, default=100, show_default=True,
+              help="Texts per class of each teacher (at most 100000).")
 @click.option("--name", required=True, help="Name of the generated dataset (the same command again continues it).")
 @click.option("--lm", default=None, help="Causal LM: a named one (kamal models), a folder, or a hub id when online "
                                          "(default smollm2-135m).")
@@ -45,7 +46,7 @@ def synthesize(app: App, per_class, name, lm, teacher_names, prompts, strength, 
     from kamalcli.synth.synthesize import DEFAULT_PROMPT, SynthesisRequest, synthesize as run_synthesis
 
     request = SynthesisRequest(
-        name=name, per_class=per_class, lm=lm or DEFAULT_LM, teachers=tuple(teacher_names),
+        name=name, per_class=per_class, lm=DEFAULT_LM if lm is None else lm, teachers=tuple(teacher_names),
         prompts=tuple(prompts) or (DEFAULT_PROMPT,), strength=strength, top_m=top_m, top_p=top_p,
         max_new_tokens=max_new_tokens, mode=mode, chunk_tokens=chunk_tokens, chunk_candidates=chunk_candidates,
         batch_size=batch_size, seed=app.setting("workspace", "seed", seed), device=app.device(device),

@@ -39,17 +39,24 @@ def add_teacher(app: App, source: str, name: str | None, labels: str | None, cop
 @pass_app
 def teachers(app: App, as_json: bool) -> None:
     """The registered teachers and their labels, in registration order."""
+    from kamalcli.probe.teacher_weights import changed_line, changed_on_disk
+
     with app.reader() as store:
         found = store.teachers()
         spaces = {task: store.label_space([t for t in found if t.task == task]) for task in ("sequence", "token")}
+    changed = changed_on_disk(found)  # read without recording: the next probe or amalgamate records it
+    for t in (t for t in found if t.id in changed):
+        note(f"{changed_line(t, changed[t.id])}: the next kamal probe or amalgamate records its new weights "
+             "and probes it again")
     if as_json:
-        emit_json([t.as_json() for t in found])
+        emit_json([{**t.as_json(), "changed_on_disk": t.id in changed,
+                    **({"fingerprint_on_disk": changed[t.id]} if t.id in changed else {})} for t in found])
         return
     table(
         "Teachers",
         ["name", "task", "labels", "model", "layers", "dropout", "origin", "fingerprint"],
-        [(t.name, t.task, t.labels, t.model_type, t.num_layers, t.dropout, t.origin, t.fingerprint[:12])
-         for t in found],
+        [(t.name, t.task, t.labels, t.model_type, t.num_layers, t.dropout, t.origin,
+          t.fingerprint[:12] + (" (changed on disk)" if t.id in changed else "")) for t in found],
         empty="none yet (kamal add-teacher FOLDER)",
     )
     for task, space in spaces.items():
@@ -66,6 +73,7 @@ def remove_teacher(app: App, name: str) -> None:
     from kamalcli.files import remove_artifacts
 
     with app.writer() as store:
+        store.claim("teacher", name, exclusive=True)
         paths = store.probe_artifacts(teacher_id=store.teacher(name).id)
         teacher = store.remove_teacher(name)
     remove_artifacts(app.workspace, paths)

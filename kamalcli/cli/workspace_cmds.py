@@ -29,6 +29,7 @@ def init(path: str, force: bool) -> None:
 def status(app: App, as_json: bool) -> None:
     """Where the workspace is and what it holds."""
     with app.reader() as store:
+        store.mark_stale_runs(read_only_ok=True)
         counts = store.counts()
         space = store.label_space()
         running = store.runs(status="running")
@@ -61,6 +62,7 @@ def status(app: App, as_json: bool) -> None:
 def runs(app: App, kind: str | None, as_json: bool) -> None:
     """Every run, with its status: running, done, failed or interrupted."""
     with app.reader() as store:
+        store.mark_stale_runs(read_only_ok=True)
         found = store.runs(kind=kind)
     if as_json:
         emit_json([r.as_json() for r in found])

@@ -8,7 +8,10 @@ and a jsonl are the same data.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
+import json
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -75,23 +78,26 @@ def read_table(
     want_labels: bool,
 ) -> TextTable:
     """Read a file into texts (and labels). cache_dir is scratch space, removed afterwards."""
-    fmt, columns, rows = read_columns(source, cache_dir)
+    fmt, columns, rows, _ = read_columns(source, cache_dir)
     return table_of_texts(source, fmt, columns, rows, text_column, label_column, want_labels)
 
 
-def read_columns(source: str | Path, cache_dir: Path) -> tuple[str, list[str], dict[str, list]]:
-    """(format, column names, values per column) of a csv/json/txt/parquet file."""
+def read_columns(source: str | Path, cache_dir: Path) -> tuple[str, list[str], dict[str, list], list[str]]:
+    """(format, column names, values per column, notes for the user) of a csv/json/txt/parquet file."""
     path = Path(source).expanduser()
     if not path.is_file():
         raise KamalError(f"{source}: no such file")
     if path.stat().st_size == 0:
         raise KamalError(f"{source} is empty")
     fmt = detect_format(path)
+    delimiter = csv_delimiter(path) if fmt == "csv" else None
+    notes = [] if delimiter in (None, _default_delimiter(path)) else [
+        f"{path.name}: columns separated by {_shown(delimiter)}, not commas."]
     try:
-        columns, rows = _load_columns(path, fmt, cache_dir)
+        columns, rows = _load_columns(path, fmt, cache_dir, delimiter)
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
-    return fmt, columns, rows
+    return fmt, columns, rows, notes
 
 
 def table_of_texts(source, fmt: str, columns: list[str], rows: dict[str, list], text_column: str | None,
@@ -115,9 +121,7 @@ def table_of_texts(source, fmt: str, columns: list[str], rows: dict[str, list], 
         raise KamalError(f"{source} has no column {label_column!r} (columns: {', '.join(columns)})")
 
     texts = rows[text_column]
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise KamalError(f"{source}: row {i + 1} has no text in column {text_column!r}")
+    _check_texts(texts, text_column, source)
     labels = None
     if label_column is not None:
         labels = []
@@ -126,6 +130,21 @@ def table_of_texts(source, fmt: str, columns: list[str], rows: dict[str, list], 
                 raise KamalError(f"{source}: row {i + 1} has no label in column {label_column!r}")
             labels.append(str(value))
     return TextTable(list(texts), labels, text_column, label_column, list(columns), fmt)
+
+
+def _check_texts(texts: list, column: str, source) -> None:
+    """Every row holds a string: a column of another type is named as such, a missing value by its row."""
+    other = next(((i, t) for i, t in enumerate(texts) if t is not None and not isinstance(t, str)), None)
+    if other is not None and not any(isinstance(t, str) for t in texts):
+        raise KamalError(f"{source}: column {column!r} holds {type(other[1]).__name__} values, not text "
+                         "(--text-column names the column that does)")
+    if other is not None:
+        i, value = other
+        raise KamalError(f"{source}: row {i + 1} holds {type(value).__name__} {value!r:.40} in column {column!r}, "
+                         "not text")
+    missing = next((i for i, t in enumerate(texts) if t is None), None)
+    if missing is not None:
+        raise KamalError(f"{source}: row {missing + 1} has no text in column {column!r}")
 
 
 def _guess_text_column(columns: list[str], rows: dict, source) -> str:
@@ -137,15 +156,15 @@ def _guess_text_column(columns: list[str], rows: dict, source) -> str:
     raise KamalError(f"{source}: which column holds the text? pass --text-column (columns: {', '.join(columns)})")
 
 
-def _load_columns(path: Path, fmt: str, cache_dir: Path) -> tuple[list[str], dict[str, list]]:
+def _load_columns(path: Path, fmt: str, cache_dir: Path, delimiter: str | None) -> tuple[list[str], dict[str, list]]:
     import datasets
 
     datasets.disable_progress_bars()
     # datasets logs a parser's failure at ERROR before raising it; kamal reports it itself, once.
     datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
     kwargs = {}
-    if fmt == "csv" and path.name.lower().removesuffix(".gz").endswith(".tsv"):
-        kwargs["sep"] = "\t"
+    if delimiter not in (None, ","):
+        kwargs["sep"] = delimiter
     try:
         loaded = datasets.load_dataset(
             fmt,
@@ -159,7 +178,133 @@ def _load_columns(path: Path, fmt: str, cache_dir: Path) -> tuple[list[str], dic
     except UnicodeDecodeError:
         raise KamalError(f"{path.name} is not valid UTF-8 text") from None
     except Exception as e:  # datasets wraps parser errors in many types
-        raise KamalError(f"cannot read {path.name} as {fmt}: {_root_message(e)}") from None
+        located = _json_error(path) if fmt == "json" else None
+        raise KamalError(located or f"cannot read {path.name} as {fmt}: {_root_message(e)}") from None
+
+
+def _json_error(path: Path) -> str | None:
+    """Where a json or JSON Lines file stops being JSON ("FILE line N: not valid JSON: why"), or that it holds
+    nothing but blank lines; None when it parses (the loader failed for another reason). pyarrow's own
+    message counts characters, not lines."""
+    try:
+        with _open_text(path) as f:
+            text = f.read()
+    except (OSError, EOFError, UnicodeDecodeError):
+        return None
+    if not text.strip():
+        return f"{path.name} holds no rows (only blank lines)"
+    whole = _decode_error(text.rstrip())  # rstrip: an unclosed document ends on its last line, not after it
+    if whole is None:
+        return None
+    lines = text.splitlines()
+    if not _json_lines(path, lines):
+        return _not_json(path, whole.lineno, whole)
+    for number, line in enumerate(lines, start=1):
+        error = _decode_error(line) if line.strip() else None
+        if error is not None:
+            return _not_json(path, number, error)
+    return None
+
+
+def _not_json(path: Path, line: int, error: json.JSONDecodeError) -> str:
+    return f"{path.name} line {line}: not valid JSON: {error.msg} (column {error.colno})"
+
+
+def _json_lines(path: Path, lines: list[str]) -> bool:
+    """JSON Lines (one document a line): by its name, or a .json whose first line is a document by itself."""
+    if path.name.lower().removesuffix(".gz").endswith((".jsonl", ".ndjson")):
+        return True
+    first = next((s for s in lines if s.strip()), "")
+    return _decode_error(first) is None
+
+
+def _decode_error(text: str) -> json.JSONDecodeError | None:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return e
+    return None
+
+
+# -- csv: the column separator ------------------------------------------------
+
+CSV_DELIMITERS = ";\t|"  # tried when a .csv header holds no comma
+CSV_SAMPLE_BYTES = 1 << 16
+
+
+def _default_delimiter(path: Path) -> str:
+    return "\t" if path.name.lower().removesuffix(".gz").endswith(".tsv") else ","
+
+
+def _shown(delimiter: str) -> str:
+    return "tab" if delimiter == "\t" else repr(delimiter)
+
+
+def csv_delimiter(path: Path) -> str:
+    """The column separator of a csv file: tab for .tsv; for .csv a comma, unless the header holds none and
+    csv.Sniffer finds ; tab or | consistent over the header and first lines. Refused: no rows (blank lines,
+    or a header alone), and a one-column header over rows the separator splits (pandas would silently read
+    each row's first field as an index and keep the rest as the text)."""
+    sample, whole = _csv_sample(path)
+    delimiter = _default_delimiter(path)
+    records = _csv_records(sample, delimiter)
+    if records is None:
+        return delimiter  # not csv-shaped at all: the loader says what is wrong
+    if delimiter == "," and records and len(records[0]) == 1:
+        found = _sniffed(sample)
+        if found is not None:
+            delimiter, records = found, _csv_records(sample, found)
+    if whole and not records:
+        raise KamalError(f"{path.name} holds no rows (only blank lines)")
+    if whole and len(records) == 1:
+        raise KamalError(f"{path.name} has a header ({', '.join(records[0])}) but no rows")
+    if records and len(records[0]) == 1:
+        split = next(((n, len(r)) for n, r in enumerate(records[1:], start=1) if len(r) > 1), None)
+        if split is not None:
+            raise KamalError(f"{path.name}: the header has one column but row {split[0]} has {split[1]} fields "
+                             f"separated by {_shown(delimiter)}; name every column in the header, or quote the "
+                             "texts that hold it")
+    return delimiter
+
+
+def _sniffed(sample: str) -> str | None:
+    """The separator csv.Sniffer finds among CSV_DELIMITERS, if it splits the header into columns."""
+    try:
+        found = csv.Sniffer().sniff(sample, delimiters=CSV_DELIMITERS).delimiter
+    except csv.Error:
+        return None
+    records = _csv_records(sample, found)
+    return found if records and len(records[0]) > 1 else None
+
+
+def _csv_records(sample: str, delimiter: str) -> list[list[str]] | None:
+    """The sample's non-blank records (None: csv cannot parse it)."""
+    try:
+        return [r for r in csv.reader(io.StringIO(sample), delimiter=delimiter) if any(f.strip() for f in r)]
+    except csv.Error:
+        return None
+
+
+def _csv_sample(path: Path) -> tuple[str, bool]:
+    """The file's first CSV_SAMPLE_BYTES as whole lines of text, and whether that is the whole file."""
+    try:
+        with _open_binary(path) as f:
+            head = f.read(CSV_SAMPLE_BYTES + 1)
+    except (OSError, EOFError):
+        return "", False
+    whole = len(head) <= CSV_SAMPLE_BYTES
+    text = head[:CSV_SAMPLE_BYTES].decode("utf-8-sig", errors="replace")
+    return (text if whole else text[: text.rfind("\n") + 1]), whole
+
+
+def _open_binary(path: Path):
+    import gzip
+
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def _open_text(path: Path):
+    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig")
 
 
 def _root_message(error: BaseException) -> str:
@@ -213,17 +358,19 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
 
     path = Path(source).expanduser()
     name = check_name(default_name(path.name.split(".")[0]) if name is None else name, "dataset")
+    store.claim("dataset", name, exclusive=True)
     if store.has_dataset(name):
         raise KamalError(f"a dataset named {name!r} exists already; choose another --name")
     if max_chars is not None and data_format != "peoples-daily":
         raise KamalError("--max-chars applies to --format peoples-daily only")
+    read_notes: list[str] = []
     if data_format is not None or token_data.is_conll(path):
         if not path.is_file():
             raise KamalError(f"{source}: no such file")
         table = (token_data.read_peoples_daily(path, max_chars) if data_format == "peoples-daily"
                  else token_data.read_conll(path))
     else:
-        fmt, columns, rows = read_columns(path, workspace.tmp_dir())
+        fmt, columns, rows, read_notes = read_columns(path, workspace.tmp_dir())
         if tokens_column is not None or tags_column is not None or token_data.holds_token_lists(columns, rows, None):
             if fmt == "text":
                 raise KamalError(f"{source}: a .txt file holds one text per line; token data needs jsonl, csv, "
@@ -232,11 +379,12 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
         else:
             table = table_of_texts(path, fmt, columns, rows, text_column, label_column, want_labels=(role == "eval"))
     if isinstance(table, token_data.TokenTable):
-        return _record_tokens(workspace, store, table, path, name, role)
+        dataset, notes = _record_tokens(workspace, store, table, path, name, role)
+        return dataset, read_notes + notes
     if role == "eval" and table.labels is None:
         raise KamalError(f"{source}: an eval set needs gold labels; pass --label-column (columns: {', '.join(table.columns)})")
 
-    notes = []
+    notes = list(read_notes)
     counts = table.label_counts()
     if counts is not None:
         known = set(store.label_space(store.teachers_of_task("sequence")).names)
@@ -267,11 +415,11 @@ def _record(workspace, store, table, write, **fields):
 
 
 def _record_tokens(workspace, store, table, path: Path, name: str, role: str):
-    from kamalcli.data.tokens import write_token_cache
+    from kamalcli.data.tokens import tidied, write_token_cache
 
     if role == "eval" and table.tags is None:
         raise KamalError(f"{path}: an eval set needs gold tags; pass --tags-column (columns: {', '.join(table.columns)})")
-    notes = []
+    table, notes = tidied(table)
     if role == "transfer" and table.tags is not None:
         notes.append("Tags are stored with this transfer set but amalgamation never trains on them.")
     dataset = _record(workspace, store, table, write_token_cache, name=name, source=str(path.resolve()),

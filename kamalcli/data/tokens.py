@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kamalcli.errors import KamalError
+from kamalcli.labels import renamed_tags_note, upper_tag
 
 CONLL_SUFFIXES = (".conll", ".conllu", ".bio", ".iob", ".iob2")
 TOKEN_FORMATS = ("conll", "peoples-daily")
@@ -155,6 +156,26 @@ def read_peoples_daily(path: Path, max_chars: int | None) -> TokenTable:
         raise KamalError(f"{path.name} holds no sentences in the People's Daily format (word/POS ...)")
     return TokenTable(sentences, tags, "tokens", "tags", ["tokens", "tags"], "peoples-daily",
                       provenance=peoples_daily.provenance(origin, counts, max_chars))
+
+
+def tidied(table: TokenTable) -> tuple[TokenTable, list[str]]:
+    """The table with its tags' entity types upper-cased (B-per -> B-PER, as teachers' tags are), and notes:
+    the tags renamed, and how many entities begin with I- (IOB1-style corpora: kept, read as seqeval does)."""
+    if table.tags is None:
+        return table, []
+    tags = [[upper_tag(t) for t in row] for row in table.tags]
+    renamed = {old: new for row, new_row in zip(table.tags, tags) for old, new in zip(row, new_row) if old != new}
+    notes = renamed_tags_note(dict(sorted(renamed.items())))
+    opened = sum(_entities_opened_by_i(row) for row in tags)
+    if opened:
+        notes.append(f"{opened} {'entity begins' if opened == 1 else 'entities begin'} with I- rather than B- "
+                     "(IOB1 style, e.g. I-PER after O): each is read as an entity starting there, as seqeval does.")
+    return replace(table, tags=tags), notes
+
+
+def _entities_opened_by_i(tags: list[str]) -> int:
+    """Tags I-TYPE that begin an entity: at the start, after O, or after a tag of another type."""
+    return sum(tag.startswith("I-") and (i == 0 or tags[i - 1][2:] != tag[2:]) for i, tag in enumerate(tags))
 
 
 # -- the workspace copy --------------------------------------------------

@@ -20,7 +20,7 @@ import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -43,6 +43,10 @@ FUSED_OPS = (
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                    "merges.txt", "vocab.json", "added_tokens.json", "sentencepiece.bpe.model", "spiece.model")
 INPUT_ORDER = ("input_ids", "attention_mask", "token_type_ids")
+# Every file an ONNX export may write (a fast tokenizer's save_pretrained may add its chat template): what
+# `--force` may replace in an export whose marker predates its list of files.
+WRITTEN_FILES = frozenset({"model.onnx", "labels.json", "config.json", "README.md", "export.json", EXPORT_MARKER,
+                           *TOKENIZER_FILES, "chat_template.jinja", "chat_template.json"})
 
 
 @dataclass
@@ -354,8 +358,9 @@ def _staging_dir(out_dir: Path) -> Path:
 
 def export_onnx(student_folder: Path, out_dir: Path, *, quantize: str | None = None, parity_texts: list[str],
                 opset: int = 17, optimize: bool = True, card_fields: dict | None = None,
-                overwrite: bool = False) -> ExportResult:
-    """Export `student_folder` into `out_dir` (complete, or not there at all)."""
+                overwrite: bool = False, before_publish: Callable[[], None] | None = None) -> ExportResult:
+    """Export `student_folder` into `out_dir` (complete, or not there at all). before_publish runs just before
+    out_dir is replaced: the caller's last look at what is there now (a KamalError keeps it)."""
     student_folder, out_dir = Path(student_folder), Path(out_dir)
     if quantize is not None and quantize not in QUANTIZE_CHOICES:
         raise KamalError(f"unknown quantisation {quantize!r}: use {', '.join(QUANTIZE_CHOICES)}")
@@ -381,11 +386,20 @@ def export_onnx(student_folder: Path, out_dir: Path, *, quantize: str | None = N
     with removed_on_failure(staging):
         result = _export_into(staging, student_folder, out_dir, quantize=quantize, texts=texts, opset=opset,
                               optimize=optimize, card_fields=card_fields)
-        write_json_atomic(staging / EXPORT_MARKER, {"kamal_version": __version__, "source": str(student_folder)})
+        _write_marker(staging, student_folder)
         if out_dir.exists() and not overwrite:  # appeared while we worked
             raise KamalError(f"{out_dir} already exists (use --force to replace it)")
+        if before_publish is not None:
+            before_publish()
         publish_dir(staging, out_dir)
     return result
+
+
+def _write_marker(staging: Path, student_folder: Path) -> None:
+    """The marker `--force` looks for, with the files this export wrote: the only ones it may replace."""
+    files = sorted({p.name for p in staging.iterdir()} | {EXPORT_MARKER})
+    write_json_atomic(staging / EXPORT_MARKER, {"kamal_version": __version__, "source": str(student_folder),
+                                                "files": files})
 
 
 @dataclass

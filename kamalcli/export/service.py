@@ -181,6 +181,36 @@ def check_target(workspace, store, target: Path, force: bool) -> None:
     if not ((target / EXPORT_MARKER).is_file() or has_marker(target) or recorded or not any(target.iterdir())):
         raise KamalError(f"{target} is not a previous kamal export (it has no {EXPORT_MARKER}); --force replaces "
                          "only those: choose another --out")
+    foreign = foreign_entries(target)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise KamalError(f"{target} holds what no kamal export wrote ({shown}); --force replaces only an export's "
+                         "own files: move those or choose another --out")
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """What a previous export's folder holds that the export did not write: names outside its marker's list of
+    files (a marker from before the list: outside every file an export writes), and any folder or link."""
+    from kamalcli.export import hf, onnx
+
+    allowed = _listed_files(folder) or (onnx.WRITTEN_FILES | hf.WRITTEN_FILES)
+    return sorted(p.name for p in folder.iterdir() if p.name not in allowed or p.is_symlink() or not p.is_file())
+
+
+def _listed_files(folder: Path) -> frozenset[str] | None:
+    """The files an export recorded writing (.kamal-export, or an --hf export's export.json); None if neither
+    lists them."""
+    from kamalcli.export.hf import MARKER
+    from kamalcli.export.onnx import EXPORT_MARKER
+
+    for marker in (EXPORT_MARKER, MARKER):
+        try:
+            files = json.loads((folder / marker).read_text(encoding="utf-8")).get("files")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(files, list) and all(isinstance(name, str) for name in files):
+            return frozenset(files) | {marker}
+    return None
 
 
 def export_student(workspace, store, student, *, quantize: str | None, out: str | None, force: bool,
@@ -199,7 +229,8 @@ def export_student(workspace, store, student, *, quantize: str | None, out: str 
     params = {"student": student.name, "quantize": quantize, "out": str(target), "opset": opset}
     with recorded_run(store, "export", student.name, params) as run:
         result = export_onnx(folder, target, quantize=quantize, parity_texts=texts, opset=opset,
-                             card_fields=card_fields(store, student), overwrite=force)
+                             card_fields=card_fields(store, student), overwrite=force,
+                             before_publish=lambda: check_target(workspace, store, target, force))
         record = store.add_export(student_id=student.id, path=str(target), quantize=quantize, opset=opset,
                                   parity=result.parity, size_bytes=result.size_bytes)
         run.result = {"path": str(target), "size_bytes": result.size_bytes, "parity": result.parity,

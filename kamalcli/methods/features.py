@@ -104,7 +104,7 @@ class FeatureSources:
     _encodings: dict = field(default_factory=dict, init=False, repr=False)
 
     def shapes(self) -> tuple[TeacherShape, ...]:
-        return tuple(TeacherShape(t.name, t.num_layers or 1, t.hidden_size) for t in self.teachers)
+        return tuple(_shape(t) for t in self.teachers)
 
     def cached(self, layers: dict[int, tuple[int, ...]]) -> dict[str, np.ndarray]:
         """{feature_key(i, layer): (n, d) memory-mapped pooled features} from the probe cache."""
@@ -136,11 +136,13 @@ class FeatureSources:
         from kamalcli.models.loading import load_tokenizer
 
         if i not in self._encodings:
-            from transformers import AutoConfig
+            from kamalcli.models.folder import transformers_config
+            from kamalcli.models.loading import model_folder
 
-            path = self.teachers[i].path
-            config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-            self._encodings[i] = encode(load_tokenizer(path), self.texts, self.max_length, config=config)
+            teacher = self.teachers[i]
+            path = model_folder(teacher.path, f"teacher {teacher.name}")
+            self._encodings[i] = encode(load_tokenizer(path), self.texts, self.max_length,
+                                        config=transformers_config(path))
         return self._encodings[i]
 
     def misaligned(self) -> list[str]:
@@ -158,10 +160,27 @@ class FeatureSources:
         """models: the teachers to run (default: loaded from their folders)."""
         from kamalcli.models.loading import load_classifier
 
-        models = models or [load_classifier(self.teachers[i].path) for i in range(len(self.teachers))]
+        models = models or [load_classifier(t.path, owner=f"teacher {t.name}") for t in self.teachers]
         encodings = [self._encoding(i) for i in range(len(self.teachers))]
         per_teacher = [tuple(layers.get(i, ())) for i in range(len(self.teachers))]
         return InLoopTeachers(models, encodings, per_teacher, self.device)
+
+
+def _shape(teacher) -> TeacherShape:
+    """A teacher's depth and width as recorded, else read from its folder (an older kamal recorded none
+    for configs with other key names, such as GPT-2's n_layer / n_embd)."""
+    layers, hidden = teacher.num_layers, teacher.hidden_size
+    if not layers or not hidden:
+        from kamalcli.models.folder import depth_and_width
+        from kamalcli.models.loading import model_folder
+
+        read = depth_and_width(model_folder(teacher.path, f"teacher {teacher.name}"))
+        layers, hidden = layers or read[0], hidden or read[1]
+    if not layers or not hidden:
+        raise KamalError(f"feature-level methods need the number of layers and hidden size of teacher "
+                         f"{teacher.name}, and kamal cannot read them from its config.json; choose an "
+                         "output-level method (kamal methods)")
+    return TeacherShape(teacher.name, layers, hidden)
 
 
 def _same_tokens(a, b) -> bool:

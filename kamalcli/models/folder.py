@@ -185,6 +185,7 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         )
     fingerprint = weights_fingerprint(folder)
     check_weights(folder, len(names), task)
+    num_layers, hidden_size = depth_and_width(folder)
 
     return ModelFolder(
         path=folder,
@@ -192,8 +193,8 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         model_type=model_type,
         labels=tuple(names),
         generic_labels=generic,
-        num_layers=config.get("num_hidden_layers") or config.get("n_layers") or config.get("num_layers"),
-        hidden_size=config.get("hidden_size") or config.get("dim") or config.get("d_model"),
+        num_layers=num_layers,
+        hidden_size=hidden_size,
         vocab_size=config.get("vocab_size"),
         dropout=dropout_rate(config),
         fingerprint=fingerprint,
@@ -237,7 +238,15 @@ def check_weights(folder: Path, num_labels: int, task: str = "sequence") -> None
                          "tensors the config implies are in the weight files")
 
 
+def check_weight_files(folder: Path) -> None:
+    """Every weight file is one kamal loads: a safetensors file, or a pickle of plain tensors; else one
+    line naming the file (what a failed load is explained with)."""
+    _stored_shapes(folder)
+
+
 def _stored_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    import pickle
+
     shapes: dict[str, tuple[int, ...]] = {}
     for path in weight_files(folder):
         try:
@@ -247,9 +256,45 @@ def _stored_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
                 shapes.update(_bin_shapes(path))
         except KamalError:
             raise
+        except pickle.UnpicklingError:  # torch's weights_only refused what the pickle holds
+            raise KamalError(f"{path} is not a readable weight file: {_pickle_advice(path)}") from None
         except Exception as e:  # torch/unpickling/JSON errors: the file is not what it says
             raise KamalError(f"{path} is not a readable weight file: {first_line(e, 160)}") from None
     return shapes
+
+
+def _pickle_advice(path: Path) -> str:
+    """Why a pickle is refused, and the one command that turns its tensors into safetensors."""
+    target = path.with_name(path.name.replace("pytorch_model", "model").removesuffix(".bin") + ".safetensors")
+    return ("kamal loads only safetensors, or pickles of plain tensors (torch.load with weights_only=True), and this "
+            "one holds other objects; if you trust its source, convert it: python -c \"import torch; from "
+            "safetensors.torch import save_file; save_file({k: v.contiguous().clone() for k, v in "
+            f"torch.load('{path}', weights_only=False).items() if isinstance(v, torch.Tensor)}}, '{target}')\" "
+            "and remove the .bin")
+
+
+def check_causal_lm(folder: Path, given: str) -> None:
+    """A text generator kamal can load: a *ForCausalLM (or *LMHeadModel) config, readable weights, no
+    remote code. given: how the user named it, for the message."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config = read_config(folder)
+    if config.get("auto_map"):
+        raise KamalError(f"{given} needs custom code from its author (auto_map in config.json); "
+                         "kamal never runs remote code")
+    causal = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    architectures = config.get("architectures") or []
+    if architectures:
+        ok = any(a in causal or a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    else:
+        ok = config.get("model_type") in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if not ok:
+        found = ", ".join(architectures) or f"none; model type {config.get('model_type')}"
+        raise KamalError(f"{given} is not a causal LM (architectures: {found}); synthesize needs a text "
+                         "generator: a named one (kamal models) or a folder of a *ForCausalLM model")
+    if not weight_files(folder):
+        raise KamalError(f"{given}: {folder} holds no weights (model.safetensors or pytorch_model.bin)")
+    check_weight_files(folder)
 
 
 def _safetensors_header(path: Path) -> dict:
@@ -287,13 +332,37 @@ def _bin_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape")}
 
 
-def _expected_shapes(folder: Path, num_labels: int, task: str) -> tuple[dict[str, tuple[int, ...]], str]:
-    import torch
+def transformers_config(folder: Path):
+    """config.json read by its model type's transformers config class (never remote code)."""
     from transformers import AutoConfig
 
-
     try:
-        config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+        return AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise KamalError(f"{folder}: config.json does not describe a model transformers can build: "
+                         f"{first_line(e, 160)}") from None
+
+
+def depth_and_width(folder: Path) -> tuple[int | None, int | None]:
+    """(transformer layers, hidden size), None where the config does not say.
+
+    Read through the config class, whose attribute_map gives every model the standard names
+    (GPT-2's n_layer / n_embd, DistilBERT's n_layers / dim, T5's num_layers / d_model ...).
+    """
+    config = transformers_config(folder)
+
+    def number(name: str) -> int | None:
+        value = getattr(config, name, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    return number("num_hidden_layers"), number("hidden_size")
+
+
+def _expected_shapes(folder: Path, num_labels: int, task: str) -> tuple[dict[str, tuple[int, ...]], str]:
+    import torch
+
+    config = transformers_config(folder)
+    try:
         config.num_labels = num_labels
         with torch.device("meta"):
             model = auto_class(task).from_config(config, trust_remote_code=False)

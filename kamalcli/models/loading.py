@@ -7,14 +7,16 @@ never runs. Imported only by commands that run models.
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from kamalcli.errors import KamalError, first_line
-from kamalcli.models.folder import auto_class, task_of_folder
+from kamalcli.models.folder import auto_class, check_weight_files, task_of_folder
 
 
 def quiet_transformers() -> None:
@@ -27,24 +29,63 @@ def quiet_transformers() -> None:
 quiet_transformers()
 
 
-def load_tokenizer(folder: str | Path):
+def model_folder(folder: str | Path, owner: str | None = None) -> Path:
+    """The folder, checked to be there: a missing one is named (owner: "teacher NAME") with how to re-point
+    it, never handed to transformers, which would take the path for a hub id."""
+    path = Path(folder)
+    if path.is_dir():
+        return path
+    if owner and owner.startswith("teacher "):
+        name = owner.removeprefix("teacher ")
+        how = f"kamal remove-teacher {name}, then kamal add-teacher NEW_FOLDER --name {name}"
+    else:
+        how = "a teacher's is re-pointed with kamal remove-teacher NAME, then kamal add-teacher NEW_FOLDER --name NAME"
+    whose = f"{owner}'s folder" if owner else "model folder"
+    raise KamalError(f"{whose} {path} is missing (moved or deleted?): move it back, or {how}")
+
+
+_LOAD_ERRORS = (OSError, ValueError, pickle.UnpicklingError, SafetensorError)
+
+
+def _loaded(load, folder: Path, failure: str):
+    """load(), with a failure told in one line: the weight file at fault by name, else transformers' reason."""
+    try:
+        return load()
+    except _LOAD_ERRORS as e:
+        check_weight_files(folder)  # names a file kamal will not load (a pickle of objects, not safetensors)
+        raise KamalError(f"{failure}: {first_line(e, 160)}") from None
+
+
+def load_tokenizer(folder: str | Path, owner: str | None = None):
     from transformers import AutoTokenizer
 
+    folder = model_folder(folder, owner)
     try:
         return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise KamalError(f"cannot load a tokenizer from {folder}: {first_line(e, 160)}") from None
 
 
-def load_classifier(folder: str | Path, *, attn: str | None = None) -> nn.Module:
+def load_classifier(folder: str | Path, *, attn: str | None = None, owner: str | None = None) -> nn.Module:
     """A sequence or token classifier, as its config.json says."""
+    folder = model_folder(folder, owner)
     kwargs = {"trust_remote_code": False}
     if attn:
         kwargs["attn_implementation"] = attn
-    try:
-        model = auto_class(task_of_folder(folder)).from_pretrained(str(folder), **kwargs)
-    except (OSError, ValueError) as e:
-        raise KamalError(f"cannot load a classifier from {folder}: {first_line(e, 160)}") from None
+    model = _loaded(lambda: auto_class(task_of_folder(folder)).from_pretrained(str(folder), **kwargs),
+                    folder, f"cannot load a classifier from {folder}")
+    model.eval()
+    return model
+
+
+def load_causal_lm(folder: str | Path) -> nn.Module:
+    """A text generator (float32, eval mode)."""
+    from transformers import AutoModelForCausalLM
+
+    folder = model_folder(folder)
+    model = _loaded(lambda: AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=False,
+                                                                 dtype=torch.float32),
+                    folder, f"cannot load a causal LM from {folder}")
     model.eval()
     return model
 
@@ -98,7 +139,7 @@ def build_student(base_folder: str | Path, labels: Sequence[str], *, num_layers:
     """
     from transformers import AutoConfig
 
-    base_folder = Path(base_folder)
+    base_folder = model_folder(base_folder)
     config = AutoConfig.from_pretrained(str(base_folder), trust_remote_code=False)
     if getattr(config, "auto_map", None):
         raise KamalError(f"{base_folder} needs custom code from its author; kamal never runs remote code")
@@ -112,13 +153,9 @@ def build_student(base_folder: str | Path, labels: Sequence[str], *, num_layers:
     config.label2id = {name: i for i, name in enumerate(labels)}
     config.problem_type = "single_label_classification" if task == "sequence" else None
     torch.manual_seed(seed)  # the new head's initialisation
-    try:
-        model = auto_class(task).from_pretrained(
-            str(base_folder), config=config, ignore_mismatched_sizes=True, trust_remote_code=False
-        )
-    except (OSError, ValueError) as e:
-        raise KamalError(f"cannot build a student from {base_folder}: {first_line(e, 160)}") from None
-    return model
+    return _loaded(lambda: auto_class(task).from_pretrained(
+        str(base_folder), config=config, ignore_mismatched_sizes=True, trust_remote_code=False
+    ), base_folder, f"cannot build a student from {base_folder}")
 
 
 def grow_classifier(model: nn.Module, new_labels: Sequence[str], seed: int = 0) -> nn.Module:

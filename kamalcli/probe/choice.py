@@ -2,13 +2,15 @@
 
 `kamal probe --max-length 64 --mc-samples 8` followed by `kamal amalgamate
 --mc-samples 8` uses those probes (and says so) instead of probing again with
-the workspace's [probe] defaults. Probing again with other settings while
+the workspace's [probe] defaults. A plain `kamal amalgamate` after `kamal probe
+--mc-samples 4` uses that probe too, when it is the only setting cached (and
+says so); with several, it asks which. Probing again with other settings while
 cached probes exist needs the user's word (--reprobe): it can take long.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kamalcli.errors import KamalError
@@ -28,8 +30,12 @@ class ChosenProbes:
 
 
 def choose_probes(store, teachers, dataset, request: ProbeRequest, *, need_rmd: bool, max_length: int,
-                  reprobe: bool = False, say=print) -> ChosenProbes:
-    """max_length: the student's; among cached probes with the right K, one cut at that length is preferred."""
+                  reprobe: bool = False, given=(), say=print) -> ChosenProbes:
+    """max_length: the student's; among cached probes with the right K, one cut at that length is preferred.
+    given: the probe settings named on the command line (mc_samples, mc_exact); those not named follow the
+    cached probes when the request's own are not cached (_follow_the_cache)."""
+    if not reprobe:
+        request = _follow_the_cache(store, teachers, dataset, request, need_rmd, set(given), say)
     chosen = {}
     for teacher in teachers:
         wanted = request.settings_for(teacher)
@@ -37,12 +43,59 @@ def choose_probes(store, teachers, dataset, request: ProbeRequest, *, need_rmd: 
     return ChosenProbes(chosen, request.options_key)
 
 
+def _usable(store, teacher, dataset, wanted: ProbeSettings, need_rmd: bool) -> list:
+    return [p for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id)
+            if (Path(p.path) / "meta.json").is_file()
+            and (not need_rmd or set(wanted.layers) <= set(p.options.get("layers", [])))
+            # a deterministic pass (what logits-only methods and feature caches leave) is no MC probe to prefer
+            and not (p.options.get("mc_samples") == 1 and wanted.mc_samples > 1)]
+
+
+def _follow_the_cache(store, teachers, dataset, request: ProbeRequest, need_rmd: bool, given: set,
+                      say) -> ProbeRequest:
+    """`kamal probe --mc-samples 4` then `kamal amalgamate`: the request with the K and estimator of the one
+    setting the teachers' cached probes share, when the request's own is not among them; with several,
+    refused in one line that lists them. Settings named on the command line are kept and narrow the choice."""
+    if {"mc_samples", "mc_exact"} <= given:
+        return request
+    wanted = _kind(ProbeSettings(request.mc_samples, mc_exact=request.mc_exact).cache_fields())
+    cached = {}
+    for teacher in teachers:
+        kinds = {_kind(p.options) for p in _usable(store, teacher, dataset, request.settings_for(teacher), need_rmd)}
+        kinds = {k for k in kinds if ("mc_samples" not in given or k[0] == wanted[0])
+                 and ("mc_exact" not in given or k[1] == wanted[1])}
+        if kinds:
+            cached[teacher.name] = kinds
+    common = set.intersection(*cached.values()) if cached else set()
+    if not common or wanted in common:
+        return request  # nothing shared to follow (each teacher's probe is chosen, or refused, alone)
+    names, whose = ", ".join(cached), "the settings asked for" if given else "the workspace's settings"
+    if len(common) > 1:
+        listed = "; ".join(f"{_kind_text(k)} ({_kind_option(k)})" for k in sorted(common))
+        raise KamalError(f"the cached probes of {names} on {dataset.name} have several settings, none of them "
+                         f"{whose} ({_kind_text(wanted)}): choose one of {listed}; or --reprobe to probe again "
+                         f"with {_kind_text(wanted)}")
+    [kind] = common
+    say(f"No probe with {whose} ({_kind_text(wanted)}) is cached for {names} on {dataset.name}; using the one "
+        f"that is: {_kind_text(kind)} (--mc-samples and --mc-exact/--mc-adaptive choose, --reprobe probes again)")
+    return replace(request, mc_samples=kind[0], mc_exact=kind[1] == "exact")
+
+
+def _kind(options: dict) -> tuple[int, str]:
+    """What --mc-samples and --mc-exact/--mc-adaptive choose: K, and plain, adaptive or exact."""
+    return options.get("mc_samples", 1), _estimator(options)
+
+
+def _kind_text(kind: tuple[int, str]) -> str:
+    return f"K={kind[0]}" + ("" if kind[1] == "plain" else f", {kind[1]}")
+
+
+def _kind_option(kind: tuple[int, str]) -> str:
+    return f"--mc-samples {kind[0]}" + ("" if kind[1] == "plain" else f" --mc-{kind[1]}")
+
+
 def _choose(store, teacher, dataset, wanted: ProbeSettings, need_rmd: bool, max_length: int, say) -> ProbeSettings:
-    usable = [p for p in store.probes(teacher_id=teacher.id, dataset_id=dataset.id)
-              if (Path(p.path) / "meta.json").is_file()
-              and (not need_rmd or set(wanted.layers) <= set(p.options.get("layers", [])))
-              # a deterministic pass (what logits-only methods and feature caches leave) is no MC probe to prefer
-              and not (p.options.get("mc_samples") == 1 and wanted.mc_samples > 1)]
+    usable = _usable(store, teacher, dataset, wanted, need_rmd)
     if not usable:
         return wanted  # nothing cached (or its files are gone): probe with the settings asked for
     exact = [p for p in usable if _without_layers(p.options) == _without_layers(wanted.cache_fields())]

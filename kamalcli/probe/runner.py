@@ -133,11 +133,22 @@ class Runner:
         A probe with more pooled layers serves a request for fewer; with
         need_layers=False (no RMD wanted) any pooled layers will do.
         """
+        key = probe_key(teacher, dataset, settings)
+        found = self._usable(teacher, dataset, settings, need_layers)
+        if found is None:
+            self.store.claim("probe", key, exclusive=True, wait=True, on_wait=lambda holder: self.say(
+                f"Waiting for {holder}: it is computing the probe of {teacher.name} on {dataset.name}."))
+            found = self._usable(teacher, dataset, settings, need_layers)  # that command may have just made it
+        if found is not None:
+            return found, False
+        return self._compute(teacher, dataset, settings, key), True
+
+    def _usable(self, teacher, dataset, settings: ProbeSettings, need_layers: bool):
         for found in self._compatible(teacher, dataset, settings, need_layers):
             if (Path(found.path) / "meta.json").is_file():
-                return found, False
+                return found
             self.store.delete_probe(found.id)  # its files are gone: recompute
-        return self._compute(teacher, dataset, settings, probe_key(teacher, dataset, settings)), True
+        return None
 
     def cached(self, teacher, dataset, settings: ProbeSettings, need_layers: bool = True) -> bool:
         return any((Path(p.path) / "meta.json").is_file() for p in self._compatible(teacher, dataset, settings, need_layers))
@@ -225,10 +236,11 @@ class Runner:
         folder = Path(teacher.path)
         if not folder.is_dir():
             raise KamalError(f"teacher {teacher.name}'s folder is gone: {folder}")
+        # rewritten after this command checked them (probe/teacher_weights.py), or a command that does not check
         if weights_fingerprint(folder) != teacher.fingerprint:
             raise KamalError(
-                f"teacher {teacher.name}'s weights at {folder} changed since it was registered; "
-                "remove it and add it again"
+                f"teacher {teacher.name}'s weights at {folder} changed on disk; `kamal probe --teacher "
+                f"{teacher.name}` records its new weights and probes it again"
             )
         texts, labels = load_dataset_rows(dataset)
         model = load_classifier(folder)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from kamalcli.errors import KamalError
 from kamalcli.probe.runner import ProbeRequest, Runner, generated_fit_line
 from kamalcli.probe.scores import SCORES
+from kamalcli.probe.teacher_weights import refresh_teachers
 
 __all__ = ["ProbeRequest", "Runner", "probe_workspace", "selection_groups", "selection_rows"]
 
@@ -153,8 +154,11 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
     from kamalcli.workspace.runs import recorded_run
 
     pairs = _pairs(store, request, teacher_names, dataset_names, rmd_fit)
+    pairs.teachers = refresh_teachers(workspace, store, pairs.teachers, say)
+    pairs.token_teachers = refresh_teachers(workspace, store, pairs.token_teachers, say)
     teachers, datasets = pairs.teachers, pairs.datasets
     fit_dataset = store.dataset(rmd_fit) if rmd_fit else None
+    store.claim_inputs([*teachers, *pairs.token_teachers], [*datasets, *pairs.token_datasets, fit_dataset])
     settings = {t.id: request.settings_for(t) for t in teachers}
     if not rmd:
         settings = {k: replace(v, layers=()) for k, v in settings.items()}

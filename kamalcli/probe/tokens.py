@@ -130,6 +130,10 @@ def ensure_probe(workspace, store, teacher, dataset, *, max_length: int, mc_samp
     """The teacher's cached per-word outputs on dataset (computed and recorded if missing): (probe, arrays)."""
     key = probe_key(teacher, dataset, max_length, mc_samples, seed)
     probe = store.find_probe(key)
+    if probe is None or not (Path(probe.path) / ARRAYS).is_file():
+        store.claim("probe", key, exclusive=True, wait=True, on_wait=lambda holder: say(
+            f"Waiting for {holder}: it is computing the probe of {teacher.name} on {dataset.name}."))
+        probe = store.find_probe(key)  # that command may have just made it
     if probe is not None and (Path(probe.path) / ARRAYS).is_file():
         return probe, load_arrays(probe)
     if teacher.task != "token":

@@ -5,18 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_html_report(workspace, store, path: Path) -> dict:
-    """Gather, render and write atomically. Returns what was written (for the command's line)."""
+def write_html_report(workspace, store, path: Path, *, force: bool = False) -> dict:
+    """Check the target (report/target.py), gather, render and write atomically. Returns what was written
+    (for the command's line)."""
     from kamalcli.errors import KamalError
     from kamalcli.files import write_text_atomic
+    from kamalcli.report.target import check_target
+
+    check_target(workspace, store, path, force)
+    text, written = html_report(workspace, store)
+    try:
+        write_text_atomic(path, text)
+    except OSError as e:
+        raise KamalError(f"cannot write {path}: {e.strerror or e}") from None
+    return {"path": str(path), **written}
+
+
+def html_report(workspace, store) -> tuple[str, dict]:
+    """The page, and what it holds: its size, teachers, probes and students."""
     from kamalcli.report.gather import gather
     from kamalcli.report.html import render
 
     report = gather(workspace, store)
     text = render(report)
-    try:
-        write_text_atomic(path, text)
-    except OSError as e:
-        raise KamalError(f"cannot write {path}: {e.strerror or e}") from None
-    return {"path": str(path), "bytes": len(text.encode("utf-8")), "teachers": len(report.teachers),
-            "probes": len(report.probes), "students": len(report.students)}
+    return text, {"bytes": len(text.encode("utf-8")), "teachers": len(report.teachers),
+                  "probes": len(report.probes), "students": len(report.students)}

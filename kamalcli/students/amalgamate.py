@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kamalcli.errors import KamalError
 from kamalcli.probe.runner import ProbeRequest
+from kamalcli.probe.teacher_weights import refresh_teachers
 from kamalcli.students.plan import (AmalgamateRequest, auto_fits_generated_text, generated_rmd_fit, options_need_rmd,
                                     plan, reads_confidences, teachers_task)
 from kamalcli.students.problem import build_problem
@@ -23,6 +24,9 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     from kamalcli.workspace.runs import training_run
 
     method, options, teachers, dataset, name = plan(store, request)
+    teachers = refresh_teachers(workspace, store, teachers, say)  # before any cached output is read
+    store.claim("student", name, exclusive=True)
+    store.claim_inputs(teachers, [dataset])
     request = replace(request, name=name)
     token_level = teachers_task(teachers) == "token"
     _check_processes(method, token_level)
@@ -78,7 +82,8 @@ def _probe_request(store, request, method, options, teachers, dataset, train_con
     if reads_confidences(method, options) and not token_level:
         need_rmd = options_need_rmd(options, teachers, request.rmd_fit)
         probe_request = choose_probes(store, teachers, dataset, probe_request, need_rmd=need_rmd,
-                                      max_length=train_config.max_length, reprobe=request.reprobe, say=say)
+                                      max_length=train_config.max_length, reprobe=request.reprobe,
+                                      given=request.probe_given, say=say)
     return probe_request
 
 

@@ -24,6 +24,7 @@ class AmalgamateRequest:
     parent: str | None = None          # extend: the student that grows
     train: dict = field(default_factory=dict)
     probe: dict = field(default_factory=dict)
+    probe_given: list[str] = field(default_factory=list)  # named on the command line: mc_samples, mc_exact
     device: str = WORKSPACE.device
     reprobe: bool = False              # probe again with these settings even if other cached probes exist
 

@@ -3,24 +3,118 @@ PyTorch or its ONNX export."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
+from kamalcli import runtime
 from kamalcli.errors import KamalError
+from kamalcli.files import write_json_atomic
+
+STDIN = "-"
+EMPTY = "empty text: not classified"
+NOTES = "kamal-notes.json"  # in the student's folder: the notes predict has said for it (kept out of exports)
+
+
+def gather_texts(texts: tuple[str, ...], file: str | None) -> list[str]:
+    """The TEXT arguments, then the lines of `file` ("-": stdin); with neither, the lines piped on stdin."""
+    if not texts and file is None and stdin_is_piped():
+        gathered = _lines(_stdin_bytes(), "stdin")
+    else:
+        gathered = list(texts) + (read_texts(file) if file else [])
+    if not any(t.strip() for t in gathered):
+        raise KamalError("nothing to classify: give TEXT arguments, --file FILE, or pipe texts on stdin")
+    return gathered
+
+
+def stdin_is_piped() -> bool:
+    return sys.stdin is not None and not sys.stdin.isatty()
 
 
 def read_texts(path: str) -> list[str]:
+    """Every line of a file ("-": stdin), stripped, blank ones as "" so that results line up with the lines."""
+    name = "stdin" if path == STDIN else path
     try:
-        with open(path, encoding="utf-8") as f:
-            texts = [line.strip() for line in f if line.strip()]
+        data = _stdin_bytes() if path == STDIN else Path(path).read_bytes()
     except FileNotFoundError:
         raise KamalError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise KamalError(f"{path} is not valid UTF-8 text") from None
-    if not texts:
-        raise KamalError(f"{path} holds no text")
+    texts = _lines(data, name)
+    if not any(texts):
+        raise KamalError(f"{name} holds no text")
     return texts
+
+
+def _stdin_bytes() -> bytes:
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise KamalError("there is no stdin to read texts from")
+    return stream.read()
+
+
+def _lines(data: bytes, name: str) -> list[str]:
+    """utf-8-sig: a byte-order mark (Windows editors write one) is no part of the first text. Lines end at
+    \n, \r\n or \r only, as `wc -l` and editors count them."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise KamalError(f"{name} is not valid UTF-8 text") from None
+    return [line.strip() for line in io.StringIO(text, newline=None)]
+
+
+def predict_rows(student, texts: list[str], *, export=None, device: str = "auto", top: int = 1) -> list[dict]:
+    """One row per text, in order: a text classifier's label, probability and `top` most likely labels, or a
+    token student's entities. An empty text is not classified: its row says so (label None, a note)."""
+    with notes_once_per_student(Path(student.path)):
+        if getattr(student, "task", "sequence") == "token":
+            return _aligned(texts, lambda given: predict_entities(student, given, export=export, device=device),
+                            {"entities": []})
+        return _aligned(texts, lambda given: _label_rows(student, given, export, device, top),
+                        {"label": None, "probability": None, "top": []})
+
+
+def _label_rows(student, texts: list[str], export, device: str, top: int) -> list[dict]:
+    labels, probs = predict_texts(student, texts, export=export, device=device)
+    top = min(top, len(labels))
+    rows = []
+    for text, p in zip(texts, probs):
+        order = p.argsort()[::-1][:top]
+        rows.append({"text": text, "label": labels[order[0]], "probability": float(p[order[0]]),
+                     "top": [{"label": labels[i], "probability": float(p[i])} for i in order]})
+    return rows
+
+
+def _aligned(texts: list[str], run: Callable[[list[str]], list[dict]], empty: dict) -> list[dict]:
+    """run() over the texts that are not blank; each blank one gets the `empty` row with a note, in its place."""
+    done = iter(run([t for t in texts if t.strip()]))
+    return [next(done) if t.strip() else {"text": t, **empty, "note": EMPTY} for t in texts]
+
+
+@contextlib.contextmanager
+def notes_once_per_student(folder: Path) -> Iterator[None]:
+    """Notes predict has said for this student before (the model-limit note: the student was trained at more
+    tokens than its model takes) stay unsaid: once per student, not on every call. Recorded in the student's
+    folder, not in the database: predict is a reader and takes no write lock."""
+    path = folder / NOTES
+    before = set(_read_notes(path))
+    runtime.count_as_said(before)
+    yield
+    said = runtime.said() - before
+    if said:
+        with contextlib.suppress(OSError):  # a workspace this user may only read: the note comes again, no harm
+            write_json_atomic(path, sorted(before | said))
+
+
+def _read_notes(path: Path) -> list[str]:
+    try:
+        notes = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [n for n in notes if isinstance(n, str)] if isinstance(notes, list) else []
 
 
 def predict_texts(student, texts: list[str], *, export=None, device: str = "auto",

@@ -17,6 +17,7 @@ import shutil
 import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from kamalcli.data.text import GENERATED
 from kamalcli.errors import KamalError, KamalFailure
@@ -24,6 +25,7 @@ from kamalcli.errors import KamalError, KamalFailure
 DEFAULT_PROMPT = "Write a short text about {label}."
 PROMPT_FIELDS = ("label",)  # the class a text is steered to
 KIND = "synthesize"
+MAX_PER_CLASS = 100_000  # texts per class of each teacher: already days of generation on a GPU
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class SynthesisRequest:
     def check(self) -> None:
         problems = [
             (self.per_class >= 1, "--per-class must be at least 1"),
+            (self.per_class <= MAX_PER_CLASS,
+             f"--per-class must be at most {MAX_PER_CLASS} (texts per class of each teacher)"),
+            (bool(self.lm.strip()), "--lm is empty: name a causal LM (kamal models) or give its folder"),
             (self.strength >= 0, "--strength (lambda) must be 0 or more"),
             (self.top_m >= 1, "--top-m must be at least 1"),
             (0 < self.top_p <= 1, "--top-p must be in (0, 1]"),
@@ -69,6 +74,16 @@ class SynthesisRequest:
                                  + ", ".join(f"{{{f}}}" for f in PROMPT_FIELDS))
             if "label" not in fields:
                 raise KamalError(f"--prompt {prompt!r} has no {{label}}: the class name goes there")
+            _check_fills(prompt)
+
+
+def _check_fills(prompt: str) -> None:
+    """The template takes a class name: a format spec, conversion or attribute on {label} may not."""
+    try:
+        prompt.format(label=_readable("a_class-name"))
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as e:
+        raise KamalError(f"--prompt {prompt!r}: a class name cannot fill {{label}} here ({e}); "
+                         "write {label} as it is") from None
 
 
 @dataclass(frozen=True)
@@ -81,16 +96,22 @@ class Unit:
     seed: int
 
 
-def plan(request: SynthesisRequest, teachers) -> list[Unit]:
-    units = []
+def plan(request: SynthesisRequest, teachers) -> Iterator[Unit]:
+    """The batches in order, made one at a time as they are needed (never all held at once)."""
+    index = 0
     for teacher in teachers:
         for class_index, label in enumerate(teacher.labels):
             for start in range(0, request.per_class, request.batch_size):
                 rows = range(start, min(start + request.batch_size, request.per_class))
                 prompts = tuple(request.prompts[r % len(request.prompts)].format(label=_readable(label)) for r in rows)
                 digest = hashlib.sha256(f"{request.seed}|{teacher.name}|{label}|{start}".encode()).hexdigest()
-                units.append(Unit(len(units), teacher.name, label, class_index, prompts, int(digest[:8], 16)))
-    return units
+                yield Unit(index, teacher.name, label, class_index, prompts, int(digest[:8], 16))
+                index += 1
+
+
+def unit_count(request: SynthesisRequest, teachers) -> int:
+    batches = -(-request.per_class // request.batch_size)
+    return batches * sum(len(t.labels) for t in teachers)
 
 
 def _readable(label: str) -> str:
@@ -113,35 +134,42 @@ def synthesize(workspace, store, request: SynthesisRequest, *, say=print):
 
     request.check()
     check_name(request.name, "dataset")
+    store.claim("dataset", request.name, exclusive=True)
     if store.has_dataset(request.name):
         raise KamalError(f"a dataset named {request.name!r} exists already; choose another --name")
     names = list(dict.fromkeys(request.teachers))  # a teacher named twice steers once
     teachers = [store.teacher(n) for n in names] if names else store.teachers()
     if not teachers:
         raise KamalError("no teachers registered: kamal add-teacher FOLDER first")
+    store.claim_inputs(teachers)
     taggers = [t.name for t in teachers if getattr(t, "task", "sequence") == "token"]
     if taggers:  # steering needs one class score per text; a token teacher has one per word
         raise KamalError(f"synthesize steers text towards a teacher's sentence classes, and {', '.join(taggers)} "
                          "tag tokens: name sentence teachers with --teacher")
     from kamalcli.models.bases import resolve_lm_source
+    from kamalcli.models.folder import check_causal_lm
 
     lm_folder = resolve_lm_source(request.lm)
+    check_causal_lm(lm_folder, f"--lm {request.lm}")  # before a run is recorded or anything loads
     params = {**asdict(request), "teachers": [t.name for t in teachers],
               "teacher_fingerprints": [t.fingerprint for t in teachers], "lm_fingerprint": _lm_fingerprint(lm_folder)}
     params.pop("device")
     params = json.loads(json.dumps(params))  # as stored (tuples become lists), to compare with an earlier run's
     workdir = _resumable_workdir(store, request.name, params)
-    units = plan(request, teachers)
+    total = unit_count(request, teachers)
     with recorded_run(store, KIND, request.name, params) as run:
         workdir = workdir or workspace.artifact_dir("runs") / f"run-{run.id}"
         store.update_run(run.id, workdir=str(workdir))
         (workdir / "units").mkdir(parents=True, exist_ok=True)
-        pending = [u for u in units if not _unit_path(workdir, u).is_file()]
-        if len(pending) < len(units):
-            say(f"Continuing {request.name}: {len(units) - len(pending)} of {len(units)} batches were written before.")
-        if pending:
-            _generate(request, lm_folder, teachers, pending, workdir, say)
-        dataset, quality = _register(workspace, store, request, params, teachers, units, workdir, run.id)
+        done, texts_done = _written(request, teachers, workdir)
+        if done:
+            say(f"Continuing {request.name}: {done} of {total} batches were written before.")
+        if done < total:
+            pending = (u for u in plan(request, teachers) if not _unit_path(workdir, u).is_file())
+            texts = request.per_class * sum(len(t.labels) for t in teachers) - texts_done
+            _generate(request, lm_folder, teachers, pending, texts, workdir, say)
+        dataset, quality = _register(workspace, store, request, params, teachers, plan(request, teachers), workdir,
+                                     run.id)
         run.result = {"dataset": dataset.name, "rows": dataset.num_rows}
     shutil.rmtree(workdir, ignore_errors=True)  # the written batches matter only to an unfinished run
     return dataset, quality
@@ -153,6 +181,14 @@ def _lm_fingerprint(folder: Path) -> str:
 
     weights = sorted(Path(folder).glob("*.safetensors"))
     return fingerprint_of(folder) or (sha256_files(weights) if weights else "unknown")
+
+
+def _written(request: SynthesisRequest, teachers, workdir: Path) -> tuple[int, int]:
+    """(batches, texts) an earlier, interrupted run of these settings wrote."""
+    if not has_units(workdir):
+        return 0, 0
+    written = [len(u.prompts) for u in plan(request, teachers) if _unit_path(workdir, u).is_file()]
+    return len(written), sum(written)
 
 
 def _resumable_workdir(store, name: str, params: dict) -> Path | None:
@@ -168,7 +204,9 @@ def _resumable_workdir(store, name: str, params: dict) -> Path | None:
     return Path(run.workdir)
 
 
-def _generate(request: SynthesisRequest, lm_folder: Path, teachers, pending: list[Unit], workdir: Path, say) -> None:
+def _generate(request: SynthesisRequest, lm_folder: Path, teachers, pending: Iterable[Unit], total: int,
+              workdir: Path, say) -> None:
+    """Generate and write each pending batch; total: the texts they hold (for the progress bar)."""
     import time
 
     from kamalcli.files import write_json_atomic
@@ -178,7 +216,6 @@ def _generate(request: SynthesisRequest, lm_folder: Path, teachers, pending: lis
     lm, scorers = load_models(lm_folder, teachers, request.teacher_max_length, request.device)
     config = SteeringConfig(request.strength, request.top_m, request.top_p, request.max_new_tokens, request.mode,
                             request.chunk_tokens, request.chunk_candidates)
-    total = sum(len(u.prompts) for u in pending)
     with progress_bar(total, f"synthesize {request.name}", unit="text") as bar:
         for unit in pending:
             started = time.perf_counter()
@@ -193,30 +230,26 @@ def _generate(request: SynthesisRequest, lm_folder: Path, teachers, pending: lis
 def load_models(lm_folder: Path, teachers, teacher_max_length: int, device: str):
     """The causal LM and one TeacherScorer per teacher name, on one device."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     from kamalcli.models.batching import clamp_length
-    from kamalcli.models.loading import load_classifier, load_tokenizer
+    from kamalcli.models.loading import load_causal_lm, load_classifier, load_tokenizer
     from kamalcli.runtime import resolve_device
     from kamalcli.synth.steering import CausalLM, TeacherScorer
 
     device = torch.device(resolve_device(device))
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(lm_folder), trust_remote_code=False, dtype=torch.float32)
-    except (OSError, ValueError) as e:
-        raise KamalError(f"cannot load a causal LM from {lm_folder}: {str(e).splitlines()[0][:160]}") from None
-    model.to(device).eval()
+    model = load_causal_lm(lm_folder).to(device)
     lm = CausalLM(model, load_tokenizer(lm_folder), device)
     scorers = {}
     for teacher in teachers:
-        classifier = load_classifier(teacher.path)
-        tokenizer = load_tokenizer(teacher.path)
+        owner = f"teacher {teacher.name}"
+        classifier = load_classifier(teacher.path, owner=owner)
+        tokenizer = load_tokenizer(teacher.path, owner)
         scorers[teacher.name] = TeacherScorer(classifier, tokenizer,
                                               clamp_length(teacher_max_length, classifier.config, tokenizer), device)
     return lm, scorers
 
 
-def _register(workspace, store, request, params, teachers, units: list[Unit], workdir: Path, run_id: int):
+def _register(workspace, store, request, params, teachers, units: Iterable[Unit], workdir: Path, run_id: int):
     from kamalcli.data.text import TextTable, write_cache
 
     rows = []  # (text, label, teacher, prompt)
@@ -309,7 +342,8 @@ def _teacher_probs(teacher, texts: list[str], device: str, max_length: int):
     from kamalcli.runtime import resolve_device
     from kamalcli.synth.steering import TeacherScorer
 
-    model, tokenizer = load_classifier(teacher.path), load_tokenizer(teacher.path)
+    owner = f"teacher {teacher.name}"
+    model, tokenizer = load_classifier(teacher.path, owner=owner), load_tokenizer(teacher.path, owner)
     scorer = TeacherScorer(model, tokenizer, clamp_length(max_length, model.config, tokenizer),
                            torch.device(resolve_device(device)))
     return np.concatenate([scorer.log_probs(texts[i:i + 64]).exp().numpy() for i in range(0, len(texts), 64)])

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from kamalcli.errors import KamalError
 from kamalcli.files import publish_dir
+from kamalcli.labels import bio_tag_set, renamed_tags_note
 from kamalcli.models.bases import resolve_classifier_source
 from kamalcli.models.folder import ModelFolder, inspect_classifier, task_of_architecture
 from kamalcli.names import check_name, default_name
+from kamalcli.probe.teacher_weights import weights_stat
 
 
 def register_teacher(workspace, store, source: str, *, name: str | None, labels: list[str] | None,
@@ -21,8 +24,10 @@ def register_teacher(workspace, store, source: str, *, name: str | None, labels:
     transaction, and a copied folder is renamed into place only when complete.
     """
     info = inspect_classifier(resolve_classifier_source(source), labels)
+    info, renamed = _tags_upper_cased(info, source)
     name = _new_name(store, info, name)
-    notes = _notes(store, info, name)
+    store.claim("teacher", name, exclusive=True)
+    notes = renamed + _notes(store, info, name)
     path, copied = _copy_into(workspace, info) if copy else (info.path, None)
     try:
         teacher = store.add_teacher(
@@ -30,7 +35,7 @@ def register_teacher(workspace, store, source: str, *, name: str | None, labels:
             architecture=info.architecture, model_type=info.model_type, num_layers=info.num_layers,
             hidden_size=info.hidden_size, vocab_size=info.vocab_size, dropout=info.dropout,
             tokenizer_fingerprint=info.tokenizer_fingerprint, origin=origin, train_dataset_id=train_dataset_id,
-            student_id=student_id,
+            student_id=student_id, weights_stat=weights_stat(path),
         )
     except BaseException:
         if copied is not None:  # a copy no teacher row points at
@@ -47,6 +52,15 @@ def _new_name(store, info: ModelFolder, name: str | None) -> str:
     if existing is not None:
         raise KamalError(f"a teacher named {name!r} exists already; choose another --name")
     return name
+
+
+def _tags_upper_cased(info: ModelFolder, source) -> tuple[ModelFolder, list[str]]:
+    """A token teacher's tags with entity types upper-cased (B-per -> B-PER) and checked to pair B-/I-,
+    and the note saying what was renamed; a sequence teacher as it is."""
+    if task_of_architecture(info.architecture) != "token":
+        return info, []
+    tags, renamed = bio_tag_set(info.labels, source)
+    return replace(info, labels=tuple(tags)), renamed_tags_note(renamed)
 
 
 def _notes(store, info: ModelFolder, name: str) -> list[str]:

@@ -215,6 +215,8 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
     from kamalcli.train.loop import TrainConfig
 
     dataset = _checked_dataset(store, request)
+    store.claim("teacher", request.name, exclusive=True)
+    store.claim_inputs(datasets=[dataset])
     token = dataset.task == "token"
     config = TrainConfig(**request.train)
     config.validate()

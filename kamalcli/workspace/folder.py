@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from kamalcli.errors import KamalError
 from kamalcli.files import ensure_writable_dir, write_text_atomic
+from kamalcli.workspace.locks import workspace_lock
 from kamalcli.workspace.config import (CONFIG_NAME, SETTINGS_DEFAULT, config_setting, read_config, render_config,
                                        template_text)
 
@@ -87,23 +87,16 @@ class Workspace:
     # -- writers -------------------------------------------------------
     @contextlib.contextmanager
     def write_lock(self) -> Iterator[None]:
-        """One writer at a time; readers never wait (SQLite WAL)."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-                raise KamalError(
-                    f"the workspace is busy: another kamal command ({holder}) is writing to it; "
-                    "wait for it to finish"
-                ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        """The workspace to this process alone (init --force); refused while any other command writes."""
+        with workspace_lock(self.lock_path, exclusive=True):
             yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
+
+    @contextlib.contextmanager
+    def shared_write_lock(self, when_alone: Callable[[], None]) -> Iterator[None]:
+        """Writers run side by side, each claiming what it touches (workspace/locks.py); the first
+        to find itself alone runs when_alone (the clean-up of what dead commands left) before sharing."""
+        with workspace_lock(self.lock_path, exclusive=False, wait_seconds=10, when_alone=when_alone):
+            yield
 
 
 def find_workspace(explicit: str | os.PathLike | None = None, start: Path | None = None) -> Workspace:

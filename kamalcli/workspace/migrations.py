@@ -266,6 +266,14 @@ def m008_token_task(db):
                "CHECK (task IN ('sequence', 'token'))")
 
 
+@migration
+def m009_teacher_weights_stat(db):
+    # Each weight file's name, size and mtime (JSON) when the teacher was added or last checked: a teacher
+    # rewritten in place is noticed without hashing its weights every time. NULL for teachers added before
+    # this migration: the next probe or amalgamate hashes their weights once and records it.
+    db.execute("ALTER TABLE teachers ADD COLUMN weights_stat TEXT")
+
+
 def _database_root(db) -> str | None:
     """The workspace folder of a database at ROOT/.kamal/kamal.db (None in memory)."""
     for _, name, file in db.execute("PRAGMA database_list").fetchall():

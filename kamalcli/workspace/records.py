@@ -28,6 +28,8 @@ class Teacher:
     student_id: int | None
     created_at: str
     labels: tuple[str, ...] = ()
+    # (file name, size, mtime in ns) of each weight file when last checked; None: added by an older kamal
+    weights_stat: tuple[tuple[str, int, int], ...] | None = None
 
     @property
     def task(self) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 from kamalcli.errors import KamalError
 from kamalcli.files import resolved_path, stored_path
 from kamalcli.labels import LabelSpace
+from kamalcli.workspace.locks import Locks
 from kamalcli.workspace.records import Dataset, Export, Probe, RmdFit, Run, Student, Teacher
 
 
@@ -32,13 +33,33 @@ PROBE_ROW_COLUMNS = ("pred", "max_prob", "entropy", "uhat", "mc_pred", "mc_max_p
 class Store:
     """root: the workspace folder; paths inside it are stored relative to it (see kamalcli.files.stored_path)."""
 
-    def __init__(self, db, root=None):
+    def __init__(self, db, root=None, locks: Locks | None = None):
         self.db = db
         self.root = root
+        self.locks = locks
 
     @classmethod
-    def open(cls, workspace) -> "Store":
-        return cls(workspace.db(), workspace.root)
+    def open(cls, workspace, holder: str = "kamal") -> "Store":
+        return cls(workspace.db(), workspace.root, Locks(workspace.state_dir, holder))
+
+    def claim(self, kind: str, name: str, *, exclusive: bool = False, wait: bool = False, on_wait=None) -> None:
+        """Claim a teacher, dataset, student... for the rest of this command: shared to read it,
+        exclusive to write it (workspace/locks.py). Refused in one line when another command is in the way."""
+        if self.locks is not None:
+            self.locks.claim(kind, name, exclusive=exclusive, wait=wait, on_wait=on_wait)
+
+    def claim_inputs(self, teachers=(), datasets=()) -> None:
+        """Shared claims on what a command reads: no one removes or replaces them meanwhile."""
+        for teacher in teachers:
+            self.claim("teacher", teacher.name)
+        for dataset in datasets:
+            if dataset is not None:
+                self.claim("dataset", dataset.name)
+
+    @contextlib.contextmanager
+    def _bookkeeping(self) -> Iterator[None]:
+        with self.locks.bookkeeping() if self.locks is not None else contextlib.nullcontext():
+            yield
 
     def _rel(self, path) -> str | None:
         return stored_path(path, self.root)
@@ -47,6 +68,8 @@ class Store:
         return resolved_path(text, self.root)
 
     def close(self) -> None:
+        if self.locks is not None:
+            self.locks.release_all()
         self.db.close()
 
     @contextlib.contextmanager
@@ -80,7 +103,9 @@ class Store:
         labels = [r["name"] for r in self._rows(
             "SELECT l.name FROM teacher_labels tl JOIN labels l ON l.id = tl.label_id "
             "WHERE tl.teacher_id = ? ORDER BY tl.position", [row["id"]])]
-        return Teacher(**{**row, "path": self._abs(row["path"])}, labels=tuple(labels))
+        stat = _loads(row.get("weights_stat"))
+        return Teacher(**{**row, "path": self._abs(row["path"]),
+                          "weights_stat": tuple(map(tuple, stat)) if stat is not None else None}, labels=tuple(labels))
 
     def teachers(self) -> list[Teacher]:
         return [self._teacher(r) for r in self._rows("SELECT * FROM teachers ORDER BY id")]
@@ -105,6 +130,8 @@ class Store:
 
     def add_teacher(self, *, labels: list[str], **fields: Any) -> Teacher:
         fields = {**fields, "path": self._rel(fields["path"])}
+        if fields.get("weights_stat") is not None:
+            fields["weights_stat"] = _dumps(fields["weights_stat"])
         with self.transaction():
             teacher_id = self._insert("teachers", fields)
             for position, label in enumerate(labels):
@@ -122,6 +149,27 @@ class Store:
             self.db.execute("DELETE FROM teachers WHERE id = ?", [teacher.id])
             self.db.execute("DELETE FROM labels WHERE id NOT IN (SELECT label_id FROM teacher_labels)")
         return teacher
+
+    def record_teacher_weights(self, teacher_id: int, weights_stat) -> None:
+        """The sizes and times of the teacher's weight files, checked to hold the recorded weights."""
+        with self.transaction():
+            self.db.execute("UPDATE teachers SET weights_stat = ? WHERE id = ?", [_dumps(weights_stat), teacher_id])
+
+    def replace_teacher_weights(self, teacher_id: int, fingerprint: str, weights_stat) -> list[str]:
+        """One transaction: the teacher's new fingerprint, and its probes and RMD fits forgotten, with the
+        selection figures made from them (students keep the fingerprint they were trained from).
+        Returns the folders of what was forgotten, for the caller to delete."""
+        paths = self.probe_artifacts(teacher_id=teacher_id)
+        stale = {p.id for p in self.probes(teacher_id=teacher_id)}
+        with self.transaction():
+            for row in self._rows("SELECT id, probe_ids FROM selection"):
+                if stale & set(_loads(row["probe_ids"], [])):
+                    self.db.execute("DELETE FROM selection WHERE id = ?", [row["id"]])
+            self.db.execute("DELETE FROM probes WHERE teacher_id = ?", [teacher_id])
+            self.db.execute("DELETE FROM rmd_fits WHERE teacher_id = ?", [teacher_id])
+            self.db.execute("UPDATE teachers SET fingerprint = ?, weights_stat = ? WHERE id = ?",
+                            [fingerprint, _dumps(weights_stat), teacher_id])
+        return paths
 
     def teachers_of_task(self, task: str) -> list[Teacher]:
         return [t for t in self.teachers() if t.task == task]
@@ -181,11 +229,16 @@ class Store:
         return Run(**row)
 
     def start_run(self, kind: str, name: str | None, params: dict, workdir: str | None = None) -> int:
-        with self.transaction():
-            cursor = self.db.execute(
-                "INSERT INTO runs (kind, name, status, params, workdir, pid, started_at) VALUES (?, ?, 'running', ?, ?, ?, ?)",
-                [kind, name, _dumps(params), self._rel(workdir), os.getpid(), now()],
-            )
+        """The run's row, and its run lock held by this process until finish_run (or the process ends)."""
+        with self._bookkeeping():
+            with self.transaction():
+                cursor = self.db.execute(
+                    "INSERT INTO runs (kind, name, status, params, workdir, pid, started_at) "
+                    "VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                    [kind, name, _dumps(params), self._rel(workdir), os.getpid(), now()],
+                )
+            if self.locks is not None:
+                self.locks.hold_run(cursor.lastrowid)
         return cursor.lastrowid
 
     def finish_run(self, run_id: int, status: str, result: dict | None = None, error: str | None = None) -> None:
@@ -194,6 +247,8 @@ class Store:
                 "UPDATE runs SET status = ?, result = ?, error = ?, finished_at = ? WHERE id = ?",
                 [status, _dumps(result) if result is not None else None, error, now(), run_id],
             )
+        if self.locks is not None:
+            self.locks.release_run(run_id)
 
     def update_run(self, run_id: int, *, workdir: str) -> None:
         with self.transaction():
@@ -203,12 +258,17 @@ class Store:
         where, params = _where(kind=kind, name=name, status=status)
         return [self._run(r) for r in self._rows(f"SELECT * FROM runs{where} ORDER BY id", params)]
 
-    def mark_stale_runs(self) -> int:
-        """Call holding the write lock. Every run starts under that lock, so any run still
-        'running' now was cut off (killed or crashed), whatever process has its pid today."""
-        stale = self._rows("SELECT id FROM runs WHERE status = 'running'")
-        for r in stale:
-            self.finish_run(r["id"], "interrupted", error="the process ended without finishing (killed or crashed)")
+    def mark_stale_runs(self, read_only_ok: bool = False) -> int:
+        """Record as interrupted every run still 'running' whose process no longer holds its run lock
+        (killed or crashed), whatever process has its pid today. Safe beside running commands.
+        read_only_ok: in a workspace this user cannot write, leave them (a reader still works)."""
+        if read_only_ok and self.locks is not None and not os.access(self.locks.folder.parent, os.W_OK):
+            return 0
+        with self._bookkeeping():
+            running = self._rows("SELECT id FROM runs WHERE status = 'running'")
+            stale = [r["id"] for r in running if self.locks is None or not self.locks.run_alive(r["id"])]
+            for run_id in stale:
+                self.finish_run(run_id, "interrupted", error="the process ended without finishing (killed or crashed)")
         return len(stale)
 
     # -- probes -----------------------------------------------------------
