@@ -1,11 +1,16 @@
-"""Distributions and ranks in numpy, written once: softmax, entropy, normalised entropy, ranks, percentiles.
+"""Distributions and ranks in numpy, written once: softmax, entropy, normalised entropy, ranks, percentiles,
+and the interval around a share measured on few rows.
 
 numpy only (no torch), so probes, methods, exports and the torch-free runtime share them.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95% interval
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -46,3 +51,15 @@ def percentile(scores: np.ndarray) -> np.ndarray:
     MC-dropout confidences, and a few far-out rows cannot dominate re-weighting.
     """
     return (rankdata(scores.ravel()) / scores.size).reshape(scores.shape)
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) around successes / n: the shares p for which
+    (successes / n - p)^2 <= z^2 p (1 - p) / n. Unlike p +- z sqrt(p (1 - p) / n) it stays inside [0, 1]
+    and keeps its width at 0 or n successes, which is what a held-out slice of 60-100 rows needs."""
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"a share needs 0 <= successes <= n and n > 0 (got {successes} of {n})")
+    share, z2 = successes / n, z * z
+    centre = (share + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(share * (1 - share) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

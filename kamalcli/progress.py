@@ -22,7 +22,7 @@ class Bar:
     def advance(self, n: int = 1, **figures) -> None:
         self.done += n
         elapsed = max(time.perf_counter() - self._start, 1e-9)
-        info = f"{self.done / elapsed:,.1f} {self._unit}/s"
+        info = rate_text(self.done / elapsed, self._unit)
         if figures:
             info += "  " + "  ".join(f"{k} {_fmt(v)}" for k, v in figures.items())
         self._progress.update(self._task, advance=n, info=info)
@@ -31,9 +31,24 @@ class Bar:
             self._last_line = time.perf_counter()
             print(f"{self._description}: {self.done}/{self._total}  {info}", file=sys.stderr, flush=True)
 
+    def say(self, line: str) -> None:
+        """One line about the work, above a live bar or on stderr (nothing where the bar is not shown)."""
+        line = f"{self._description}: {line}"
+        if self._live:
+            self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
     @property
     def rate(self) -> float:
         return self.done / max(time.perf_counter() - self._start, 1e-9)
+
+
+def rate_text(rate: float, unit: str) -> str:
+    """Items per second, or seconds per item below one a second (0.14 text/s reads as 7.1 s/text)."""
+    if 0 < rate < 1:
+        return f"{1 / rate:,.1f} s/{unit}"
+    return f"{rate:,.1f} {unit}/s"
 
 
 def _fmt(v) -> str:
@@ -62,4 +77,4 @@ def progress_bar(total: int, description: str, unit: str = "ex", completed: int 
         bar = Bar(progress, task, unit, console.is_terminal or not show, description, total)
         yield bar
     if show and not console.is_terminal:
-        print(f"{description}: {bar.done} {unit} at {bar.rate:,.1f} {unit}/s", file=sys.stderr)
+        print(f"{description}: {bar.done} {unit} at {rate_text(bar.rate, unit)}", file=sys.stderr)

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from kamalcli.errors import KamalError
-from kamalcli.probe.auto_score import choose_score
 from kamalcli.probe.prototypes import class_prototypes, fused, teacher_shares
 
 
@@ -33,15 +32,6 @@ def test_fusion_averages_the_pooled_percentiles():
     rmd = np.array([[1.0, 2.0], [3.0, 4.0]])          # percentiles 0.25 0.5 / 0.75 1
     prototype = np.array([[0.9, 0.1], [0.2, 0.8]])    # percentiles 1 0.25 / 0.5 0.75
     assert np.allclose(fused(rmd, prototype), [[0.625, 0.375], [0.625, 0.875]])
-
-
-def test_auto_takes_the_fusion_only_with_rmd_fitted_on_text_the_teachers_did_not_pick():
-    pick = lambda choices: np.array([[1.0, 0.0] if c == 0 else [0.0, 1.0] for c in choices])  # noqa: E731
-    scores = {"entropy": pick([0, 0, 1, 1]), "rmd": pick([0, 1, 1, 1]), "rmd+prototype": pick([0, 0, 0, 1])}
-    choice = choose_score(scores, ("labelled", "labelled"))
-    assert choice.score == "rmd+prototype" and "shared sentence encoder" in choice.reason
-    assert choose_score({k: v for k, v in scores.items() if k != "rmd+prototype"}, ("labelled", "labelled")).score == "rmd"
-    assert choose_score(scores, ("pseudo", "labelled")).score not in ("rmd", "rmd+prototype")  # not in the vote
 
 
 def test_sentence_vectors_are_unit_means_over_the_real_tokens_only(tmp_path, assets):

@@ -137,7 +137,7 @@ def test_rmd_is_fitted_on_generated_rows_the_teacher_puts_in_their_class(monkeyp
 # -- through the CLI ----------------------------------------------------------------------------
 
 
-def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm, uninstalled_base):
+def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm):
     kamal("add-teacher", trained["news"], "--name", "news")
     kamal("add-teacher", trained["money"], "--name", "money")
     kamal("synthesize", "--lm", lm, "--name", "synth", "--per-class", 10, "--max-new-tokens", 8, "--top-m", 6,
@@ -149,28 +149,28 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     assert "fitted on held-out generated rows of each teacher" in out
     [student] = kamal.json("students")
     info = student["train"]["objective"]
-    assert info["rmd_fit_rows"] == [4, 4]  # 20 % of each teacher's 20 generated rows
+    # 20 % of each teacher's generated rows: money's 20, news's 17 (steering failed on 3 of its 20, dropped)
+    assert info["rmd_fit_rows"] == [3, 4]
     assert info["blocks"] == [[[1], [1]], [[2], [2]]]
     assert 0 <= info["amal_mean_cosine_last_batch"] < 0.99
     assert kamal.json("eval", "strata", "--data", "test")["accuracy"] is not None
     out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args,
-                "--option", f"encoder={assets['encoder']}").output
-    # the teachers were added (kamal has not their training rows): score=auto fits RMD on the generated text,
-    # and takes the labels' prototypes from it in the shared encoder
-    assert "score=auto: RMD fitted on synth" in out
+                "--option", f"encoder={assets['encoder']}", "--option", "score=rmd+prototype").output
+    # the teachers were added (kamal has not their training rows): RMD is fitted on the generated text, and the
+    # labels' prototypes come from it in the shared encoder
+    assert "RMD fitted on synth, text kamal synthesize wrote for these teachers" in out
     fitted = re.findall(r"RMD for (\w+): fitted on (\d+) of the (\d+) rows of synth written for its classes", out)
-    assert [(name, int(total)) for name, _, total in fitted] == [("news", 20), ("money", 20)]
+    assert [(name, int(total)) for name, _, total in fitted] == [("news", 17), ("money", 20)]
     assert all(2 <= int(rows) <= 20 for _, rows, _ in fitted)
     assert "sentence vectors of synth's rows, one prototype per label" in out
     muki = next(s for s in kamal.json("students") if s["name"] == "muki")
     assert muki["train"]["objective"]["score"] == "rmd+prototype"
-    assert muki["train"]["objective"]["auto"]["score"] == "rmd+prototype"
     assert next(r for r in kamal.json("runs") if r["name"] == "muki")["params"]["rmd_fit"] == "synth"  # for --resume
-    # without the default encoder installed, score=auto says so and selects by RMD alone
-    uninstalled_base("minilm-l6")
-    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-rmd", *args).output
-    assert "no prototype score" in out and "selected by RMD alone" in out
-    assert next(s for s in kamal.json("students") if s["name"] == "muki-rmd")["train"]["objective"]["score"] == "rmd"
+    # score=auto with no selection measured for these teachers takes no fitted score (issue 34), and fits nothing
+    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-auto", *args).output
+    assert "No selection is measured for these teachers yet" in out and "fitted on synth" not in out
+    auto = next(s for s in kamal.json("students") if s["name"] == "muki-auto")["train"]["objective"]
+    assert auto["score"] == auto["auto"]["score"] == "mc-dropout"
     out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-entropy",
                 "--option", "score=entropy", *args).output
     assert "fitted on synth" not in out

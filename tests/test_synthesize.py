@@ -123,11 +123,13 @@ def test_steering_raises_the_teachers_probability(lm, trained):
 
 def test_synthesize_registers_a_dataset_with_provenance(news, lm):
     out = news("synthesize", "--lm", lm, "--name", "synth", *SMALL, "--strength", 2).stdout
-    assert "Added transfer data synth: 16 generated rows, 4 classes" in out and "distinct-2" in out
+    # 16 written; the tiny news teacher gives one world text p(world) < 0.5: steering failed there, it is dropped
+    assert "Added transfer data synth: 15 generated rows, 4 classes" in out and "distinct-2" in out
     [data] = news.json("data")
-    assert data["role"] == "transfer" and data["rows"] == 16
-    assert data["label_counts"] == {"world": 4, "sports": 4, "business": 4, "scitech": 4}
+    assert data["role"] == "transfer" and data["rows"] == 15
+    assert data["label_counts"] == {"world": 3, "sports": 4, "business": 4, "scitech": 4}
     prov = data["provenance"]
+    assert prov["quality"]["overall"]["dropped"] == 1
     assert prov["generator"]["lm"] == str(lm) and len(prov["generator"]["fingerprint"]) == 64
     assert [t["name"] for t in prov["teachers"]] == ["news", "money"]
     assert prov["settings"]["strength"] == 2.0 and prov["settings"]["top_m"] == 5 and prov["settings"]["seed"] == 0
@@ -147,7 +149,7 @@ def test_synthesize_registers_a_dataset_with_provenance(news, lm):
     assert set(stored) == {"text", "label", "teacher", "prompt"}
     assert stored["prompt"][0] == "Write a short text about " + stored["label"][0] + "."
     [run] = [r for r in news.json("runs") if r["kind"] == "synthesize"]
-    assert run["status"] == "done" and run["result"] == {"dataset": "synth", "rows": 16}
+    assert run["status"] == "done" and run["result"] == {"dataset": "synth", "rows": 15}
 
 
 def test_same_seed_same_text_other_seed_other_text(news, lm):

@@ -16,7 +16,10 @@ from kamalcli.settings import PROBE, shown
 @click.option("--mc-samples", type=int, help=f"Monte-Carlo dropout passes K (default {shown(PROBE.mc_samples)}; 1 = no MC dropout).")
 @click.option("--dropout", type=float, help="Dropout rate for MC dropout (default: each teacher's own).")
 @click.option("--rmd/--no-rmd", default=None, help=f"Relative Mahalanobis OOD scores (default: {'on' if PROBE.rmd else 'off'}).")
-@click.option("--rmd-fit", metavar="NAME", help="Labelled dataset whose rows of each teacher's classes fit its RMD Gaussians.")
+@click.option("--rmd-fit", metavar="NAME",
+              help="Labelled dataset whose rows of each teacher's classes fit its RMD Gaussians (default, as in "
+                   "amalgamate: each teacher's training rows when kamal trained it, else text kamal synthesize wrote "
+                   "for these teachers, else the transfer rows each teacher is sure of, which is circular).")
 @click.option("--rmd-layers", metavar="LAYERS", help="Layers to pool for RMD: default (middle,last), all, or e.g. 3,6.")
 @click.option("--batch-size", type=int, help=f"Rows per forward pass (default {shown(PROBE.batch_size)}).")
 @click.option("--max-length", type=int, help=f"Tokens per text (default {shown(PROBE.max_length)}).")
@@ -56,18 +59,29 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
             rmd=use_rmd, rmd_fit=rmd_fit, device=app.device(device),
             batch_size=batch, mode=mc_mode, say=note,
         )
+    _probed(summary)
+    for name, result in summary["selection"].items():
+        _selection_table(name, result)
+    if summary.get("auto"):  # what kamal amalgamate would train with given the same --rmd-fit
+        click.echo((f"With --rmd-fit {rmd_fit}, " if rmd_fit else "") + summary["auto"]["line"])
+    click.echo("See `kamal report` for calibration and selection per teacher.")
+
+
+def _probed(summary: dict) -> None:
+    """The pairs computed now (a table, only when there are some), those found cached, and RMD fitted anew on
+    cached probes, which is work done too."""
     computed, cached = summary["computed"], summary["cached"]
-    if not computed:
-        click.echo(f"Nothing to do: all {len(cached)} probes were cached (run {summary['run_id']}).")
-    else:
+    if computed:
         rate = lambda p: f"{p['rows'] / p['seconds']:,.1f} ex/s" if p["seconds"] else "-"  # noqa: E731
         table("Probed", ["teacher", "data", "rows", "seconds", "rate"],
               [(p["teacher"], p["data"], p["rows"], p["seconds"], rate(p)) for p in computed])
         if cached:
             click.echo(f"{len(cached)} more were cached.")
-    for name, result in summary["selection"].items():
-        _selection_table(name, result)
-    click.echo("See `kamal report` for calibration and selection per teacher.")
+    elif summary["rmd"]:
+        fitted = ", ".join(sorted({note["teacher"] for note in summary["rmd"]}))
+        click.echo(f"All {len(cached)} probes were cached; RMD fitted anew for {fitted} (run {summary['run_id']}).")
+    else:
+        click.echo(f"Nothing to do: all {len(cached)} probes were cached (run {summary['run_id']}).")
 
 
 def _selection_table(dataset: str, result: dict) -> None:
@@ -107,7 +121,7 @@ def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
         click.echo("No probes yet: run `kamal probe`.")
         return
     _probe_tables(gathered["probes"])
-    _selection_summaries(gathered["selection"])
+    _selection_summaries(gathered["selection"], gathered["auto"])
 
 
 def _probe_tables(probe_rows: list[dict]) -> None:
@@ -130,17 +144,36 @@ def _probe_tables(probe_rows: list[dict]) -> None:
                for r in token_rows])
 
 
-def _selection_summaries(selections: list[dict]) -> None:
-    """Per dataset and teachers: each score's selection quality, the best one, and how to use it."""
-    from kamalcli.probe.service import SUGGESTABLE_SCORES, selection_groups
+def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
+    """Per dataset and teachers: each score's selection quality and the best one, with the rows it rests on;
+    then per set of teachers what score=auto selects with, the one recommendation (kamalcli/probe/auto_score.py:
+    only a figure clearly above chance, labelled rows before generated ones)."""
+    from kamalcli.probe.auto_score import USABLE
+    from kamalcli.probe.service import selection_groups
 
     for data, names, rows, best in selection_groups(selections):
         _selection_table(f"{data} ({', '.join(names)})", {r["score"]: r for r in rows})
+        in_sample = [r["score"] for r in rows if r.get("in_sample")]
+        if in_sample:
+            click.echo(f"On {data}, {', '.join(in_sample)} are fitted on these very rows: in-sample, not counted.")
         if best:
-            score = best["score"]
-            click.echo(f"On {data}, {score} selects the right teacher most often ({pct(best['accuracy'])}%).")
-            if score in SUGGESTABLE_SCORES:
-                click.echo(f"  MUKI methods can select with it: kamal amalgamate --method muki-hard --option score={score}")
+            only = "" if best["score"] in USABLE else " (measured only: no student selects with it)"
+            click.echo(f"On {data}, {best['score']} selects the right teacher most often: {_figure(best)}{only}.")
+    for decision in decisions:
+        click.echo(f"{', '.join(decision['teachers'])}: {decision['line']}")
+        if decision["figure"]:
+            click.echo(f"  MUKI methods select with it by default (score=auto); to name it: "
+                       f"kamal amalgamate --method muki-hard --option score={decision['score']}")
+
+
+def _figure(row: dict) -> str:
+    """A selection figure in words: the share, the rows it rests on, its 95% interval and chance."""
+    text = f"{pct(row['accuracy'])}% of {row['rows']:,} rows"
+    if row.get("interval") is None or row.get("chance") is None:
+        return text
+    low, high = row["interval"]
+    text += f" (95% interval {pct(low)}-{pct(high)}%; chance {pct(row['chance'])}%)"
+    return text if low > row["chance"] else text + ", not clearly above chance"
 
 
 def _generated_tables(generated: list[dict]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from typing import Any, Iterable, Sequence
 
@@ -14,8 +15,9 @@ def console(stderr: bool = False):
 
     # Created per call so test runners that swap sys.stdout see the output.
     # Piped output (a log, a file) gets wide tables rather than 80-column wrapping.
+    # A terminal narrower than a table folds its cells to nothing (rows print as empty boxes): at least 80.
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 200
+    width = max(shutil.get_terminal_size((80, 24)).columns, 80) if stream.isatty() else 200
     return Console(file=stream, highlight=False, soft_wrap=False, width=width)
 
 

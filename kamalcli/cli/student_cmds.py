@@ -43,7 +43,9 @@ def methods(as_json: bool) -> None:
 @click.option("--select-by", metavar="HOW", help="transfer-loss (label-free, default) or eval:NAME (uses labels).")
 @click.option("--mc-samples", type=int,
               help=f"Which probe the confidences come from: its MC-dropout passes K (default {shown(PROBE.mc_samples)}).")
-@click.option("--rmd-fit", metavar="NAME", help="Labelled data to fit the teachers' RMD on (with --option score=rmd).")
+@click.option("--rmd-fit", metavar="NAME",
+              help="Labelled data to fit the teachers' RMD and prototypes on (default, as in probe: their training "
+                   "rows, else text kamal synthesize wrote for them, else circular).")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
 @reprobe_option
 @mc_exact_option

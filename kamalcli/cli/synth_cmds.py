@@ -80,11 +80,15 @@ def provenance_line(provenance: dict) -> str:
 
 def show_quality(quality: dict) -> None:
     """The label-free figures of a generated dataset, per steering teacher and class."""
-    keys = ("rows", "steering_p", "others_confidence", "distinct_2", "near_duplicates")
-    rows = [(g["teacher"], g["label"], *(g[k] for k in keys)) for g in quality["groups"]]
-    rows.append(("all", "", *(quality["overall"][k] for k in keys)))
-    table("Generated text (no labels needed)",
-          ["teacher", "class", "rows", "teacher p(class)", "others' confidence", "distinct-2", "near-duplicates"], rows)
+    keys = ("rows", "dropped", "steering_p", "others_confidence", "distinct_2", "near_duplicates")
+    # .get: datasets generated before kamal dropped rows where steering failed have no "dropped"
+    rows = [(g["teacher"], g["label"], *(g.get(k) for k in keys)) for g in quality["groups"]]
+    rows.append(("all", "", *(quality["overall"].get(k) for k in keys)))
+    floor = quality.get("min_steering_p")
+    table("Generated text (no labels needed" +
+          ("" if floor is None else f"; dropped: steering failed, the teacher's p(class) < {floor:g}") + ")",
+          ["teacher", "class", "rows", "dropped", "teacher p(class)", "others' confidence", "distinct-2",
+           "near-duplicates"], rows)
 
 
 COMMANDS = [synthesize]

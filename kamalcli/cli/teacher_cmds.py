@@ -112,12 +112,22 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
         )
         with app.job(app.device(device), backend) as store:
             teacher, result = run_training(app.workspace, store, request, say=note)
-    accuracy = result.get("held_out_accuracy")
-    held = f"; held-out accuracy {100 * accuracy:.1f}% on {result['held_out_rows']} rows" if accuracy is not None else ""
+    held = _held_out_accuracy(result)
     if result.get("held_out_entity_f1") is not None:
         held = f"; held-out entity F1 {100 * result['held_out_entity_f1']:.1f}% on {result['held_out_rows']} sentences"
     click.echo(f"Trained teacher {teacher.name} on {result['rows']} rows ({', '.join(teacher.labels)}) in "
                f"{result['seconds']:.0f} s{held}")
+
+
+def _held_out_accuracy(result: dict) -> str:
+    """The message's '; held-out accuracy 62.0% on 100 rows (95% CI 52.2-70.9%)' (a Wilson interval), or
+    nothing without held-out rows."""
+    accuracy = result.get("held_out_accuracy")
+    if accuracy is None:
+        return ""
+    low, high = result["held_out_accuracy_interval"]
+    return (f"; held-out accuracy {100 * accuracy:.1f}% on {result['held_out_rows']} rows "
+            f"(95% CI {100 * low:.1f}-{100 * high:.1f}%)")
 
 
 COMMANDS = [add_teacher, train_teacher, teachers, remove_teacher]

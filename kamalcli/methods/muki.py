@@ -80,11 +80,10 @@ class MukiSoftOptions(MukiHardOptions):
 
 def _muki_common(outputs: TeacherOutputs, options: MukiHardOptions):
     score, info = options.confidence_score, {}
-    if score == "auto":
-        from kamalcli.probe.auto_score import choose_score
+    if score == "auto":  # kamal amalgamate decides it before training (kamalcli/probe/auto_score.py); else no figures
+        from kamalcli.probe.auto_score import decide
 
-        choice = choose_score(outputs.confidence, outputs.rmd_sources,
-                              tuple(len(outputs.space.blocks[t]) for t in outputs.teachers))
+        choice = decide((), tuple(len(outputs.space.blocks[t]) for t in outputs.teachers))
         score, info["auto"] = choice.score, choice.as_json()
     confidence = outputs.score(score)
     calibrate = options.calibrate

@@ -1,22 +1,25 @@
-"""score=auto: which confidence picks the teacher, chosen per workspace without labels.
+"""score=auto: which confidence picks the teacher, decided from how well each score's own selection was measured.
 
-Three rules, in order:
-1. RMD whose Gaussians were fitted on data the teachers did not choose themselves
-   (a teacher's own training rows, labelled rows given with --rmd-fit, or text
-   kamal synthesize wrote for the teachers, which amalgamate picks up) for every
-   teacher. Distance to each teacher's training distribution is the one score measured
-   to separate teachers that are all over-confident out of their domain. Where that
-   labelled text also gave the prototype score (one shared sentence encoder,
-   kamalcli/probe/prototypes.py), the fusion of the two: `rmd+prototype`.
-2. Energy when the teachers' label counts differ: max-prob and the entropy-based
-   confidences (normalised by log|Y_i|) have a floor and a scale that depend on the
-   number of labels, so they do not compare a two-label teacher with a four-label one;
-   the log-sum-exp of the logits has no such normalisation.
-3. Otherwise, the label-free score whose choices agree most with the majority vote of
-   all label-free scores on the transfer rows (ties: the first in CANDIDATES). One
-   score that misbehaves on these teachers, such as RMD fitted on the rows a teacher
-   is itself confident on when it picks one teacher for nearly every row, is out-voted
-   rather than trusted.
+One function decides, for kamal amalgamate (the student trains with it), kamal probe and kamal report (they
+name it): `decide_auto`. The rule:
+1. A score counts only if its measured selection accuracy is clearly above chance: the lower bound of its 95%
+   Wilson interval lies above chance. Chance is the accuracy of the best constant selector, the share of
+   rows whose label the most common owner knows: a score that does no better than always picking that teacher
+   adds nothing (on balanced data with T teachers of disjoint labels it is 1/T; 1/T would flatter a score on
+   unbalanced data).
+2. A score's figure is its measurement on real labelled rows when there is one (the most rows first), on text
+   kamal synthesize wrote otherwise: generated rows are labelled by the class they were steered to, which is
+   weaker evidence. Figures that cannot describe the student's score do not count: a fitted score (RMD, the
+   prototype score) measured with another fit than the one the student will use (kamalcli/probe/fit_plan.py),
+   or on the very rows it was fitted on; any score measured on rows a teacher was trained on.
+3. Among the scores that count, the best: real labelled figures before generated ones, then the higher accuracy
+   (equal ones: PREFERENCE).
+4. None counts (or nothing was measured): the confidence kamal trusts without fitted data. Energy when the
+   teachers know different numbers of labels: max-prob and the entropy-based confidences (normalised by
+   log|Y_i|) have a floor and a scale that depend on the number of labels, the log-sum-exp of the logits has no
+   such normalisation (measured, four teachers {2,2,2,4}: 61.5% against 51.0% for MC dropout). Otherwise MC
+   dropout, MUKI's own score, which selected best or within a point of the best label-free score in every
+   setting of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Label-free candidates, in order of preference when they agree equally with the vote
-CANDIDATES = ("mc-dropout", "entropy", "max-prob", "energy", "rmd")
-INDEPENDENT_RMD = ("teacher-train", "labelled")
+from kamalcli.probe.scores import SCORES
+from kamalcli.probs import wilson_interval
+
+USABLE = tuple(s for s in SCORES if s != "auto")          # what a student can select with
+FITTED = ("rmd", "prototype", "rmd+prototype")            # rest on an RMD fit or on labelled prototypes
+# equal figures: the order of the scores' measured selection in docs/benchmarks.md
+PREFERENCE = ("rmd+prototype", "rmd", "prototype", "mc-dropout", "entropy", "energy", "max-prob")
 
 
 def energy(logits: np.ndarray) -> np.ndarray:
@@ -37,43 +44,156 @@ def energy(logits: np.ndarray) -> np.ndarray:
     return top + np.log(np.exp(z - top[:, None]).sum(axis=1))
 
 
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
 @dataclass(frozen=True)
-class AutoChoice:
+class Figure:
+    """One score's measured selection: on how many rows of which data it picked a teacher owning the label."""
+
     score: str
-    reason: str
-    agreement: dict[str, float]  # candidate -> share of rows where its choice equals the vote (rule 2 only)
+    data: str
+    generated: bool
+    rows: int
+    accuracy: float
+    chance: float
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(round(self.accuracy * self.rows), self.rows)
+
+    @property
+    def clear(self) -> bool:
+        """Clearly above chance: the interval's lower bound lies above it."""
+        return self.interval[0] > self.chance
+
+    def words(self) -> str:
+        low, high = self.interval
+        kind = "generated" if self.generated else "labelled"
+        return (f"{_pct(self.accuracy)} of {self.rows:,} {kind} rows of {self.data} (95% interval "
+                f"{100 * low:.1f}-{_pct(high)}; chance {_pct(self.chance)})")
 
     def as_json(self) -> dict:
-        return {"score": self.score, "reason": self.reason, "agreement": self.agreement}
+        return {"score": self.score, "data": self.data, "generated": self.generated, "rows": self.rows,
+                "accuracy": self.accuracy, "interval": list(self.interval), "chance": self.chance,
+                "clear": self.clear}
 
 
-def majority_vote(choices: np.ndarray, num_teachers: int) -> np.ndarray:
-    """choices (scores, n) of teacher indices -> per row the teacher most scores chose (ties: the first score's)."""
-    rows = np.arange(choices.shape[1])
-    votes = np.zeros((choices.shape[1], num_teachers))
-    for row_choices in choices:
-        votes[rows, row_choices] += 1
-    votes[rows, choices[0]] += 0.5  # breaks ties only: a vote count is whole
-    return votes.argmax(axis=1)
+@dataclass(frozen=True)
+class AutoDecision:
+    score: str
+    reason: str
+    figure: Figure | None  # what the choice rests on; None: the fallback
+
+    @property
+    def line(self) -> str:
+        return f"score=auto selects with {self.score}: {self.reason}"
+
+    def as_json(self) -> dict:
+        return {"score": self.score, "reason": self.reason, "line": self.line,
+                "figure": self.figure.as_json() if self.figure else None}
 
 
-def choose_score(confidence: dict[str, np.ndarray], rmd_sources: tuple[str | None, ...] = (),
-                 label_counts: tuple[int, ...] = ()) -> AutoChoice:
-    """confidence: score -> (n, N) on the transfer rows; rmd_sources: per teacher, where its RMD fit came from;
-    label_counts: per teacher, how many labels it knows."""
-    if "rmd" in confidence and rmd_sources and all(s in INDEPENDENT_RMD for s in rmd_sources):
-        if "rmd+prototype" in confidence:
-            return AutoChoice("rmd+prototype", "RMD in each teacher's space and the class prototypes of one shared "
-                              "sentence encoder, both from labelled text the teachers did not pick", {})
-        return AutoChoice("rmd", "RMD fitted on in-distribution rows the teachers did not pick themselves", {})
-    if "energy" in confidence and len(set(label_counts)) > 1:
-        return AutoChoice("energy", "the teachers know different numbers of labels", {})
-    names = [c for c in CANDIDATES if c in confidence]
-    if not names:
-        raise ValueError("no confidence score to choose from")
-    num_teachers = confidence[names[0]].shape[1]
-    choices = np.stack([np.asarray(confidence[c]).argmax(axis=1) for c in names])
-    vote = majority_vote(choices, num_teachers)
-    agreement = {c: float((choices[i] == vote).mean()) for i, c in enumerate(names)}
-    best = max(names, key=lambda c: (agreement[c], -names.index(c)))
-    return AutoChoice(best, "agrees most with the majority vote of the label-free scores", agreement)
+def fallback(label_counts: tuple[int, ...] = (), available=USABLE) -> tuple[str, str]:
+    """(score, why): the confidence trusted without fitted data or measured figures."""
+    if len(set(label_counts)) > 1:
+        return "energy", ("the teachers know different numbers of labels, which energy compares and the "
+                          "entropy-based scores do not; it needs no fitted data")
+    if "mc-dropout" in available:
+        return "mc-dropout", "MUKI's own score, which needs no fitted data"
+    return "entropy", "MUKI's score without MC dropout (mc=false), which needs no fitted data"
+
+
+def decide(figures, label_counts: tuple[int, ...] = (), available=USABLE) -> AutoDecision:
+    """The rule above, on figures already gathered (measured_figures); available: the scores the student can
+    compute (its options, an installed encoder)."""
+    evidence: dict[str, Figure] = {}  # score -> the figure it is judged by
+    for f in figures:
+        if f.score in available and (f.score not in evidence or _weight(f) > _weight(evidence[f.score])):
+            evidence[f.score] = f
+    counted = [f for f in evidence.values() if f.clear]
+    if counted:
+        best = max(counted, key=lambda f: (not f.generated, f.accuracy, -PREFERENCE.index(f.score)))
+        return AutoDecision(best.score, f"it picks the right teacher on {best.words()}, clearly above chance.", best)
+    score, why = fallback(label_counts, available)
+    if not evidence:
+        return AutoDecision(score, f"{why}. No selection is measured for these teachers yet: `kamal probe` on "
+                                   "labelled data measures it, or on text from `kamal synthesize --prompt 'Write a "
+                                   "... about {label}.'`, the prompt naming what your texts are.", None)
+    top = max(evidence.values(), key=lambda f: (not f.generated, f.accuracy))
+    return AutoDecision(score, f"no score picks the right teacher clearly above chance (best: {top.score}, "
+                               f"{top.words()}), so {score}, {why}.", None)
+
+
+def _weight(f: Figure) -> tuple[bool, int]:
+    """Real labelled rows before generated ones, then the most rows."""
+    return not f.generated, f.rows
+
+
+def chance(label_counts: dict[str, int], teachers) -> float:
+    """The best constant selector's accuracy: the share of covered rows whose label the most common owner knows."""
+    known = {label for t in teachers for label in t.labels}
+    covered = sum(n for label, n in label_counts.items() if label in known)
+    if not covered:
+        return 1.0
+    return max(sum(n for label, n in label_counts.items() if label in t.labels) for t in teachers) / covered
+
+
+def measured_figures(store, teachers, plan) -> list[Figure]:
+    """The newest stored figure per (labelled dataset, score) for exactly these teachers that can describe the
+    student's score (rule 2 above); plan: what RMD will be fitted on (kamalcli/probe/fit_plan.py)."""
+    from kamalcli.data.text import is_generated
+
+    names = {t.name for t in teachers}
+    newest = {}
+    for row in store.selections():  # in id order: a later row replaces an earlier one
+        if set(row["teachers"]) == names and row["score"] in USABLE and row["accuracy"] is not None \
+                and row["num_rows"]:
+            newest[row["dataset_id"], row["score"]] = row
+    trained_on = {t.train_dataset_id for t in teachers} - {None}
+    figures = []
+    for (dataset_id, score), row in newest.items():
+        dataset = store.dataset_by_id(dataset_id)
+        if dataset_id in trained_on or not dataset.has_labels:
+            continue
+        if score in FITTED and not _fitted_as_planned(store, row, teachers, plan):
+            continue
+        figures.append(Figure(score, dataset.name, is_generated(dataset), int(row["num_rows"]), float(row["accuracy"]),
+                              chance(dataset.label_counts, teachers)))
+    return figures
+
+
+def _fitted_as_planned(store, row, teachers, plan) -> bool:
+    """Every teacher's probe in this figure carries the fit the plan makes, fitted on other rows than these."""
+    by_name = {t.name: t for t in teachers}
+    for name, probe_id in zip(row["teachers"], row["probe_ids"]):
+        fit = store.rmd_fit_of(probe_id)
+        if not plan.made(fit, by_name[name]) or fit.dataset_id == row["dataset_id"]:
+            return False
+    return True
+
+
+def decide_auto(store, teachers, plan, available=USABLE) -> AutoDecision:
+    """score=auto for these teachers: the one decision kamal amalgamate trains with and kamal probe and kamal
+    report name."""
+    return decide(measured_figures(store, teachers, plan), tuple(len(t.labels) for t in teachers), available)
+
+
+def workspace_decisions(store) -> list[dict]:
+    """score=auto for every set of two or more registered sentence teachers with stored selection figures, as
+    kamal amalgamate decides it without --rmd-fit: what kamal report names."""
+    from kamalcli.probe.fit_plan import rmd_fit_plan
+
+    teachers = {t.name: t for t in store.teachers()}
+    sets: list[tuple[str, ...]] = []
+    for row in store.selections():
+        names = tuple(row["teachers"])
+        if (len(names) > 1 and all(n in teachers and teachers[n].task == "sequence" for n in names)
+                and set(names) not in [set(s) for s in sets]):
+            sets.append(names)
+    out = []
+    for names in sets:
+        group = [teachers[n] for n in names]
+        out.append({"teachers": list(names), **decide_auto(store, group, rmd_fit_plan(store, group)).as_json()})
+    return out

@@ -378,10 +378,10 @@ class Runner:
         }
 
     def _label_free_candidates(self, teachers, probes: dict, rows: dict, dataset) -> dict[str, dict]:
-        """energy, RMD compared per teacher (its percentile among its own rows), the prototype score and its
-        fusion with RMD (when every RMD was fitted on one labelled dataset), and what score=auto picks here."""
+        """energy, RMD compared per teacher (its percentile among its own rows), and the prototype score and its
+        fusion with RMD (when every RMD was fitted on one labelled dataset)."""
         from kamalcli.probe.selection import per_teacher_rank
-        from kamalcli.probe.auto_score import choose_score, energy
+        from kamalcli.probe.auto_score import energy
         from kamalcli.probe.figures import SCORES
 
         out = {"energy": {t.id: energy(ProbeArrays.load(Path(probes[t.id].path)).logits) for t in teachers}}
@@ -399,9 +399,6 @@ class Runner:
                 columns = confidence_columns(prototype, confidence["rmd"])
                 confidence.update(columns)
                 out.update({name: {t.id: c[:, i] for i, t in enumerate(teachers)} for name, c in columns.items()})
-        choice = choose_score(confidence, tuple(f.source if f is not None else None for f in fits),
-                              tuple(len(t.labels) for t in teachers))
-        out[f"auto: {choice.score}"] = {t.id: confidence[choice.score][:, i] for i, t in enumerate(teachers)}
         return out
 
     def _prototype_scores(self, teachers, dataset, fits, probes: dict) -> np.ndarray | None:
@@ -466,11 +463,7 @@ class Runner:
         """Per score: how often the most confident teacher owns the gold label; stored."""
         if not dataset.has_labels:
             return None
-        probes = self.store.probes(dataset_id=dataset.id, options_key=self.options_key)
-        latest = {}
-        for p in probes:
-            latest[p.teacher_id] = p
-        teachers = [t for t in self.store.teachers() if t.id in latest]
+        teachers, latest = self._selection_probes(dataset)
         if len(teachers) < 2:
             return None
         space = self.store.label_space(teachers)
@@ -481,3 +474,22 @@ class Runner:
         self.store.replace_selection(dataset.id, self.options_key, [t.name for t in teachers],
                                      [latest[t.id].id for t in teachers], results)
         return results
+
+    def _selection_probes(self, dataset) -> tuple[list, dict]:
+        """The teachers probed on dataset with this run's settings, and each one's newest such probe."""
+        latest = {}
+        for p in self.store.probes(dataset_id=dataset.id, options_key=self.options_key):
+            latest[p.teacher_id] = p
+        return [t for t in self.store.teachers() if t.id in latest], latest
+
+    def add_auto_row(self, dataset, results: dict, score: str, decided_for) -> None:
+        """The figures of the score score=auto selects with for the teachers decided_for
+        (kamalcli/probe/auto_score.py), as the row `auto: SCORE` beside the others (oracle last); stored again.
+        Nothing to add when that score was not measured here, or here on other teachers."""
+        teachers, latest = self._selection_probes(dataset)
+        if score not in results or {t.name for t in teachers} != {t.name for t in decided_for}:
+            return
+        oracle = results.pop("oracle")
+        results.update({f"auto: {score}": results[score], "oracle": oracle})
+        self.store.replace_selection(dataset.id, self.options_key, [t.name for t in teachers],
+                                     [latest[t.id].id for t in teachers], results)

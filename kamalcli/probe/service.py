@@ -5,35 +5,61 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kamalcli.errors import KamalError
+from kamalcli.probe.fit_plan import FitPlan, rmd_fit_plan
 from kamalcli.probe.runner import ProbeRequest, Runner, generated_fit_line
-from kamalcli.probe.scores import SCORES
 from kamalcli.probe.teacher_weights import refresh_teachers
 
 __all__ = ["ProbeRequest", "Runner", "probe_workspace", "selection_groups", "selection_rows"]
 
-# Scores MUKI's `score` option takes, auto aside (what a report may suggest)
-SUGGESTABLE_SCORES = tuple(s for s in SCORES if s != "auto")
-
 
 def selection_rows(store) -> list[dict]:
-    """The stored selection figures with the keys `kamal report --json` and the HTML report show."""
-    return [
-        {"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
-         "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
-         "options_key": r["options_key"]}
-        for r in store.selections()
-    ]
+    """The stored selection figures with the keys `kamal report --json` and the HTML report show: each with the
+    rows it rests on, its 95% Wilson interval and chance (the best constant selector, kamalcli/probe/auto_score.py;
+    None for per-word figures or teachers no longer registered), and whether a fitted score (RMD, the prototype
+    score) was fitted on these very rows: in-sample, it measures the fit rather than the selection."""
+    from kamalcli.probe.auto_score import chance
+    from kamalcli.probs import wilson_interval
+
+    teachers = {t.name: t for t in store.teachers()}
+    datasets = {d.id: d for d in store.datasets()}
+    selections = store.selections()
+    fitted_on: dict[int, int | None] = {}  # probe id -> the dataset its RMD was fitted on
+    for r in selections:
+        for probe_id in r["probe_ids"]:
+            if probe_id not in fitted_on:
+                fit = store.rmd_fit_of(probe_id)
+                fitted_on[probe_id] = fit.dataset_id if fit is not None else None
+    out = []
+    for r in selections:
+        dataset, group = datasets[r["dataset_id"]], [teachers.get(name) for name in r["teachers"]]
+        measured = r["accuracy"] is not None and r["num_rows"]
+        sentence = dataset.task == "sequence" and dataset.has_labels and None not in group
+        out.append({"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
+                    "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
+                    "options_key": r["options_key"],
+                    "interval": list(wilson_interval(round(r["accuracy"] * r["num_rows"]), r["num_rows"]))
+                    if measured else None,
+                    "chance": chance(dataset.label_counts, group) if sentence else None,
+                    "in_sample": _fitted(r["score"]) and any(fitted_on[i] == r["dataset_id"] for i in r["probe_ids"])})
+    return out
+
+
+def _fitted(score: str) -> bool:
+    """A selection row's score rests on an RMD fit or on prototypes (rmd, rmd@L3, rmd+prototype, ...)."""
+    return score.startswith("rmd") or "prototype" in score
 
 
 def selection_groups(rows: list[dict]) -> list[tuple[str, tuple[str, ...], list[dict], dict | None]]:
     """Selection rows per (dataset, teachers, probe settings): (dataset, teachers, rows, the row of the
-    score that selects the right teacher most often, oracle aside; None without one)."""
+    score that selects the right teacher most often, oracle, the auto row and in-sample figures aside; None
+    without one)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["data"], tuple(r["teachers"]), r["options_key"]), []).append(r)
     out = []
     for (data, names, _), members in groups.items():
-        real = [r for r in members if r["score"] != "oracle" and r["accuracy"] is not None]
+        real = [r for r in members if r["score"] != "oracle" and not r["score"].startswith("auto: ")
+                and not r.get("in_sample") and r["accuracy"] is not None]
         out.append((data, names, members, max(real, key=lambda r: r["accuracy"]) if real else None))
     return out
 
@@ -119,32 +145,43 @@ def _probe_pairs(runner: Runner, teachers, datasets, settings: dict, summary: di
     return probes_by_teacher
 
 
-def _fit_rmds(runner: Runner, store, teachers, settings: dict, probes_by_teacher: dict, fit_dataset,
+def _fit_rmds(runner: Runner, store, teachers, settings: dict, probes_by_teacher: dict, plan: FitPlan,
               summary: dict, say) -> None:
-    """RMD fitted for every teacher that has in-distribution features; a warning for those that have none."""
-    unfit = [t for t in teachers if fit_dataset is None and t.train_dataset_id is None]
+    """RMD fitted as the plan says (kamalcli/probe/fit_plan.py, the rule kamal amalgamate follows too) for every
+    teacher that has in-distribution features; a warning for those that have none."""
+    unfit = [t for t in teachers if plan.dataset is None and t.train_dataset_id is None]
     if unfit and not store.datasets(role="transfer"):
         say(f"Warning: RMD skipped for {', '.join(t.name for t in unfit)}: no in-distribution features "
             "(no transfer data to pseudo-label); give labelled data with --rmd-fit NAME to fit it.")
     else:
         unfit = []
-    for teacher in (t for t in teachers if t not in unfit):
-        note = runner.fit_rmd(teacher, settings[teacher.id], probes_by_teacher[teacher.id], fit_dataset)
+    fitted = [t for t in teachers if t not in unfit]
+    if fitted:
+        say(plan.line)
+    for teacher in fitted:
+        note = runner.fit_rmd(teacher, settings[teacher.id], probes_by_teacher[teacher.id], plan.dataset)
         if note:
             summary["rmd"].append(note)
-            if note["source"] == "pseudo":
-                say(f"RMD for {teacher.name}: in-distribution features are {note['rows']} rows of "
-                    f"{note['data']} it is itself most confident on; this is circular. "
-                    "Give labelled data with --rmd-fit NAME for an independent fit.")
-            elif note["generated"]:
+            if note["generated"]:
                 say(generated_fit_line(note))
 
 
-def _measure_selection(runner: Runner, datasets, summary: dict) -> None:
+def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan, summary: dict) -> None:
+    """Selection figures on every labelled dataset, then score=auto decided from them (the decision kamal
+    amalgamate trains with) and its row added beside theirs."""
+    from kamalcli.probe.auto_score import decide_auto
+
     for dataset in datasets:
         result = runner.measure_selection(dataset)
         if result:
             summary["selection"][dataset.name] = result
+    if len(teachers) < 2:
+        return
+    decision = decide_auto(store, teachers, plan)
+    summary["auto"] = decision.as_json()
+    for dataset in datasets:
+        if dataset.name in summary["selection"]:
+            runner.add_auto_row(dataset, summary["selection"][dataset.name], decision.score, teachers)
 
 
 def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=(), dataset_names=(),
@@ -157,8 +194,9 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
     pairs.teachers = refresh_teachers(workspace, store, pairs.teachers, say)
     pairs.token_teachers = refresh_teachers(workspace, store, pairs.token_teachers, say)
     teachers, datasets = pairs.teachers, pairs.datasets
-    fit_dataset = store.dataset(rmd_fit) if rmd_fit else None
-    store.claim_inputs([*teachers, *pairs.token_teachers], [*datasets, *pairs.token_datasets, fit_dataset])
+    plan = rmd_fit_plan(store, teachers, rmd_fit) if teachers else None
+    store.claim_inputs([*teachers, *pairs.token_teachers],
+                       [*datasets, *pairs.token_datasets, plan.dataset if plan else None])
     settings = {t.id: request.settings_for(t) for t in teachers}
     if not rmd:
         settings = {k: replace(v, layers=()) for k, v in settings.items()}
@@ -179,8 +217,8 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
                         run_id=run.id, options_key=key, say=say)
         probes_by_teacher = _probe_pairs(runner, teachers, datasets, settings, summary, run, say)
         if rmd:
-            _fit_rmds(runner, store, teachers, settings, probes_by_teacher, fit_dataset, summary, say)
-        _measure_selection(runner, datasets, summary)
+            _fit_rmds(runner, store, teachers, settings, probes_by_teacher, plan, summary, say)
+        _measure_selection(runner, store, teachers, datasets, plan, summary)
         run.result = summary
     summary["run_id"] = run.id
     return summary

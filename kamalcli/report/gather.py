@@ -65,6 +65,7 @@ class Report:
     probes: list[TeacherOnData] = field(default_factory=list)
     unlabelled: list[str] = field(default_factory=list)  # probed datasets without gold labels
     selection: list[dict] = field(default_factory=list)
+    auto: list[dict] = field(default_factory=list)  # per set of teachers: what score=auto selects with, and why
     students: list[StudentView] = field(default_factory=list)
     baselines: list[dict] = field(default_factory=list)
 
@@ -107,6 +108,7 @@ def teacher_on_data(teacher, dataset, probe, rows: dict, gold: list[str]) -> Tea
 
 def gather(workspace, store) -> Report:
     from kamalcli.data.text import load_dataset_rows
+    from kamalcli.probe.auto_score import workspace_decisions
     from kamalcli.probe.service import selection_rows
 
     teachers = {t.id: t for t in store.teachers()}
@@ -131,6 +133,7 @@ def gather(workspace, store) -> Report:
         report.probes.append(teacher_on_data(teachers[teacher_id], dataset, probe, store.probe_rows(probe.id),
                                              gold_of[dataset_id]))
     report.selection = selection_rows(store)
+    report.auto = workspace_decisions(store)
     for s in store.students():
         latest = store.latest_evaluations(s.id)
         report.students.append(StudentView(
@@ -178,9 +181,10 @@ def probe_rows(teachers: dict, datasets: dict, probes) -> list[dict]:
 
 
 def text_report(store) -> dict:
-    """What `kamal report` shows and its --json writes: probes, selection, rl-kd students' policies and
-    generated datasets."""
+    """What `kamal report` shows and its --json writes: probes, selection, what score=auto selects with per set
+    of teachers (the decision kamal amalgamate trains with), rl-kd students' policies and generated datasets."""
     from kamalcli.data.text import is_generated
+    from kamalcli.probe.auto_score import workspace_decisions
     from kamalcli.probe.service import selection_rows
 
     teachers = {t.id: t for t in store.teachers()}
@@ -190,4 +194,4 @@ def text_report(store) -> dict:
     policies = policy_selection(store.students())
     generated = [{"data": d.name, **d.provenance} for d in datasets.values() if is_generated(d)]
     return {"probes": probe_rows(teachers, datasets, probes), "selection": selections,
-            "policy_selection": policies, "generated": generated}
+            "auto": workspace_decisions(store), "policy_selection": policies, "generated": generated}

@@ -92,7 +92,7 @@ def calibration_section(report: Report) -> str:
 def selection_section(report: Report) -> str:
     if not report.selection:
         return _missing("No selection measured yet: `kamal probe` with a labelled dataset and two teachers or more.")
-    from kamalcli.probe.service import SUGGESTABLE_SCORES, selection_groups
+    from kamalcli.probe.service import selection_groups
 
     out = []
     for data, names, rows, best in selection_groups(report.selection):
@@ -101,11 +101,12 @@ def selection_section(report: Report) -> str:
                           [(r["score"], _pct(r["accuracy"]), _f3(r["auroc"]), _pct(r["target_accuracy"]), r["rows"])
                            for r in rows], best_row=rows.index(best) if best else None))
         if best:
-            hint = ""
-            if best["score"] in SUGGESTABLE_SCORES:
-                hint = f" MUKI methods select with it: <code>--option score={escape(best['score'])}</code>."
             out.append(f'<p class="note">{escape(best["score"])} selects the right teacher most often '
-                       f'({_pct(best["accuracy"])}%).{hint}</p>')
+                       f'({_pct(best["accuracy"])}% of {best["rows"]:,} rows).</p>')
+    for decision in report.auto:  # the one recommendation: only from a figure clearly above chance
+        hint = (f" MUKI methods select with it by default; <code>--option score={escape(decision['score'])}</code> "
+                "names it." if decision["figure"] else "")
+        out.append(f'<p class="note">{escape(", ".join(decision["teachers"]))}: {escape(decision["line"])}{hint}</p>')
     return "".join(out)
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from kamalcli.errors import KamalError
 from kamalcli.probe.runner import ProbeRequest
 from kamalcli.probe.teacher_weights import refresh_teachers
-from kamalcli.students.plan import (AmalgamateRequest, auto_fits_generated_text, generated_rmd_fit, options_need_rmd,
-                                    plan, reads_confidences, teachers_task)
+from kamalcli.students.plan import (AmalgamateRequest, options_need_rmd, plan, reads_confidences, teachers_task,
+                                    training_options, transfer_note)
 from kamalcli.students.problem import build_problem
 
 
@@ -30,16 +30,16 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     request = replace(request, name=name)
     token_level = teachers_task(teachers) == "token"
     _check_processes(method, token_level)
-    unfitted_auto = False
-    if not token_level and auto_fits_generated_text(request, options, teachers):
-        request, unfitted_auto = _fit_on_generated_text(store, request, options, teachers, say)
     train_config = TrainConfig(**request.train)
     train_config.validate()
-    probe_request = _probe_request(store, request, method, options, teachers, dataset, train_config, token_level, say)
-    if unfitted_auto:
-        say("score=auto: kamal has neither these teachers' training data nor text written for them, so it "
-            "selects by the teachers' confidences; text from `kamal synthesize --prompt 'Write a ... about "
-            "{label}.'`, the prompt naming what your texts are, lets it select by distance to each teacher's domain")
+    notes = [line for line in [transfer_note(store, request, dataset)] if line]
+    if not token_level and reads_confidences(method, options):
+        request, fit_notes = _score_and_fit(store, request, options, teachers)
+        notes += fit_notes
+    probe_request = _probe_request(store, request, method, training_options(options, request), teachers, dataset,
+                                   train_config, token_level, say)
+    for line in notes:  # once the request is accepted: a refused one is one line
+        say(line)
     kind = "extend" if request.parent else "amalgamate"
     with training_run(workspace, store, kind, name, request.as_json(), resume_run=resume_run,
                       resume_hint=f"kamal amalgamate --resume {name}", say=say) as (run, workdir):
@@ -58,19 +58,48 @@ def _check_processes(method, token_level: bool) -> None:
         raise KamalError("token-level amalgamation runs on one process; run it without --nproc or torchrun")
 
 
-def _fit_on_generated_text(store, request, options, teachers, say) -> tuple[AmalgamateRequest, bool]:
-    """score=auto (or a prototype score) without the teachers' training data: fit on the newest text kamal
-    synthesize wrote for these teachers. Returns the request and whether nothing could be found to fit on."""
-    generated = generated_rmd_fit(store, teachers)
-    if generated is not None:
-        request = replace(request, rmd_fit=generated.name)
-        say(f"score=auto: RMD fitted on {generated.name}, text kamal synthesize wrote for these teachers "
-            "(--rmd-fit NAME for other labelled data)")
-    score = options.confidence_score
-    if generated is None and score != "auto":
+def _score_and_fit(store, request, options, teachers) -> tuple[AmalgamateRequest, list[str]]:
+    """score=auto decided (kamalcli/probe/auto_score.py: the decision kamal report names) and what RMD or the
+    prototypes are fitted on (kamalcli/probe/fit_plan.py: the rule kamal probe follows), both recorded in the
+    request, so every process and a resumed run train with the same. Returns the request and the lines that say so."""
+    from kamalcli.probe.auto_score import FITTED
+    from kamalcli.probe.fit_plan import rmd_fit_plan
+    from kamalcli.probe.scores import PROTOTYPE_SCORES
+
+    notes = []
+    if getattr(options, "confidence_score", None) == "auto" and request.auto is None:
+        decision = _decide_auto(store, teachers, rmd_fit_plan(store, teachers, request.rmd_fit), options, notes)
+        request = replace(request, auto=decision.as_json())
+        notes.append(decision.line)
+    score = training_options(options, request).confidence_score
+    if score not in FITTED:
+        return request, notes
+    plan = rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=score in PROTOTYPE_SCORES)
+    if score in PROTOTYPE_SCORES and plan.dataset is None:
         raise KamalError(f"score={score} needs labelled text for every label of these teachers: --rmd-fit NAME, "
                          "or text from `kamal synthesize`")
-    return request, generated is None
+    notes.append(plan.line)
+    return (replace(request, rmd_fit=plan.dataset.name) if plan.dataset is not None else request), notes
+
+
+def _decide_auto(store, teachers, fit_plan, options, notes: list[str]):
+    """decide_auto over the scores this student can compute: MC dropout unless mc=false; the prototype scores
+    with the encoder their figures were measured with, when it is installed."""
+    from kamalcli.models.bases import resolve_model_source
+    from kamalcli.probe.auto_score import USABLE, decide_auto
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER
+    from kamalcli.probe.scores import PROTOTYPE_SCORES
+
+    available = tuple(s for s in USABLE if (s != "mc-dropout" or getattr(options, "mc", True))
+                      and (s not in PROTOTYPE_SCORES or getattr(options, "encoder", None) == DEFAULT_ENCODER))
+    decision = decide_auto(store, teachers, fit_plan, available)
+    if decision.score in PROTOTYPE_SCORES:
+        try:
+            resolve_model_source(DEFAULT_ENCODER)
+        except KamalError as error:
+            notes.append(f"score=auto: no prototype score ({error}); deciding without it.")
+            decision = decide_auto(store, teachers, fit_plan, tuple(s for s in available if s not in PROTOTYPE_SCORES))
+    return decision
 
 
 def _probe_request(store, request, method, options, teachers, dataset, train_config, token_level, say) -> ProbeRequest:
@@ -97,8 +126,10 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     from kamalcli.train.loss_history import LossHistory
 
     train_config = replace(train_config, device=resolve_device(request.device))
-    problem = build_problem(workspace, store, request, method, options, teachers, dataset, probe_request,
-                            train_config, workdir, run.id, say)
+    problem = build_problem(workspace, store, request, method, training_options(options, request), teachers,
+                            dataset, probe_request, train_config, workdir, run.id, say)
+    if request.auto:
+        problem.objective.info["auto"] = request.auto
     resume = resume and checkpoint.exists(workdir)
     world = distributed.current()
     if world.distributed:
@@ -189,8 +220,8 @@ class TrainOnRank:
         try:
             method, options, teachers, dataset, _ = plan(store, self.request)
             config = replace(self.train_config, device=resolve_device(self.request.device))
-            problem = build_problem(workspace, store, self.request, method, options, teachers, dataset,
-                                    self.probe_request, config, Path(self.workdir), None, say=lambda *a, **k: None,
+            problem = build_problem(workspace, store, self.request, method, training_options(options, self.request),
+                                    teachers, dataset, self.probe_request, config, Path(self.workdir), None, say=lambda *a, **k: None,
                                     read_only=True)
             train(problem.model, problem.encoded, problem.objective, config, Path(self.workdir),
                   rows=problem.train_rows, resume=self.resume, world=world)

@@ -3,7 +3,7 @@ and which confidences the method will read (which decides what to probe and fit)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from kamalcli.errors import KamalError
 from kamalcli.data.text import is_generated
@@ -27,6 +27,7 @@ class AmalgamateRequest:
     probe_given: list[str] = field(default_factory=list)  # named on the command line: mc_samples, mc_exact
     device: str = WORKSPACE.device
     reprobe: bool = False              # probe again with these settings even if other cached probes exist
+    auto: dict | None = None           # score=auto as decided before any work (kamalcli/probe/auto_score.py)
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -50,15 +51,34 @@ def check_task(dataset, task: str, role: str) -> None:
 
 
 def _transfer_dataset(store, name: str | None, task: str = "sequence"):
+    """--data NAME, or kamal's choice: the one transfer set of real text; generated text only when there is none
+    (it serves the scores' fits and data-free runs)."""
     if name:
         return store.dataset(name)
     transfer = [d for d in store.datasets(role="transfer") if d.task == task]
     if not transfer:
         raise KamalError("no transfer data: add unlabelled text with `kamal add-data FILE` (role transfer)")
-    if len(transfer) > 1:
-        names = ", ".join(d.name for d in transfer)
-        raise KamalError(f"several transfer sets ({names}): choose one with --data NAME")
-    return transfer[0]
+    real = [d for d in transfer if not is_generated(d)]
+    candidates = real or transfer
+    if len(candidates) > 1:
+        kind = " of real text" if real and len(real) < len(transfer) else ""
+        raise KamalError(f"several transfer sets{kind} ({', '.join(d.name for d in candidates)}): "
+                         "choose one with --data NAME")
+    return candidates[0]
+
+
+def transfer_note(store, request: AmalgamateRequest, dataset) -> str | None:
+    """The line that says which transfer set kamal chose, and why; None when the user named it (--data)."""
+    if request.data:
+        return None
+    if is_generated(dataset):
+        return (f"Transfer data: {dataset.name}, generated text (there is no real transfer text: "
+                "`kamal add-data FILE` adds some)")
+    generated = [d.name for d in store.datasets(role="transfer") if d.task == dataset.task and is_generated(d)]
+    if not generated:
+        return f"Transfer data: {dataset.name}, the one transfer set"
+    return (f"Transfer data: {dataset.name}, the real text (generated text in {', '.join(generated)} serves the "
+            "scores; --data NAME to choose another)")
 
 
 def _default_name(store, method: str) -> str:
@@ -132,38 +152,14 @@ def reads_confidences(method, options) -> bool:
     return method.confidences or getattr(options, "confidence_score", None) is not None
 
 
-def auto_fits_generated_text(request: AmalgamateRequest, options, teachers) -> bool:
-    from kamalcli.probe.scores import PROTOTYPE_SCORES
-
-    score = getattr(options, "confidence_score", None)
-    if request.rmd_fit is not None:
-        return False
-    # teachers kamal trained have their training rows, the better RMD fit (86.7% against 81.8% selection, measured)
-    return score in PROTOTYPE_SCORES or (score == "auto" and not _trained_here(teachers))
-
-
-def _trained_here(teachers) -> bool:
-    """Every teacher came from `kamal train-teacher`: its training rows are in the workspace."""
-    return all(t.train_dataset_id is not None for t in teachers)
-
-
-def generated_rmd_fit(store, teachers):
-    """The newest dataset kamal synthesize wrote with every one of these teachers (by fingerprint), or None.
-
-    Its rows are labelled with the class they were steered to, so each teacher's RMD Gaussians can be fitted on
-    text written for its own classes: independent of which transfer rows the teacher is confident on.
-    """
-    wanted = {t.fingerprint for t in teachers}
-    for dataset in sorted(store.datasets(), key=lambda d: d.id, reverse=True):
-        steered = {t.get("fingerprint") for t in (dataset.provenance or {}).get("teachers", [])}
-        if is_generated(dataset) and dataset.has_labels and wanted <= steered:
-            return dataset
-    return None
+def training_options(options, request: AmalgamateRequest):
+    """The options a student trains with: score=auto replaced by the score decided for it (request.auto), the
+    same on every process and in a resumed run; the student's record keeps score=auto."""
+    if request.auto and getattr(options, "confidence_score", None) == "auto":
+        return replace(options, score=request.auto["score"])
+    return options
 
 
 def options_need_rmd(options, teachers=(), rmd_fit: str | None = None) -> bool:
-    """score=rmd needs RMD; score=auto uses it only when every fit can be independent of the teachers' own picks."""
-    score = getattr(options, "confidence_score", None)
-    if score == "auto":
-        return bool(teachers) and (rmd_fit is not None or _trained_here(teachers))
-    return score in ("rmd", "rmd+prototype")
+    """score=rmd and rmd+prototype read RMD (score=auto is decided first: training_options)."""
+    return getattr(options, "confidence_score", None) in ("rmd", "rmd+prototype")

@@ -1,4 +1,4 @@
-"""Label-free figures for generated text: diversity and near-duplicates.
+"""Label-free figures for generated text: diversity, near-duplicates, and which rows steering failed on.
 
 Words are lower-cased whitespace tokens.
 - distinct-2 (Li et al. 2016): distinct word bigrams / all word bigrams, over
@@ -6,6 +6,13 @@ Words are lower-cased whitespace tokens.
 - near-duplicate share: the share of texts that have another text in the set
   whose word-trigram sets overlap with Jaccard >= 0.5 (texts under three words
   compare their word sets). Exact repeats count.
+- steering failed on a row when its steering teacher gives the class the row
+  was steered to p < MIN_STEERING_P; such rows are dropped. Half the mass makes
+  the class that teacher's top class whatever its number of classes. The other
+  teachers are not asked: their confidence on text outside their domains says
+  little (softmax teachers are sure of anything), and a row's fate does not
+  change with which other teachers were steered beside it. kamal probe's RMD fit
+  on generated text keeps rows by the same bound (probe/runner.py, STEERED_MIN_P).
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 from collections import Counter
 
 NEAR_DUPLICATE_JACCARD = 0.5
+MIN_STEERING_P = 0.5
+_ADVICE = "name what your texts are in --prompt, or raise --strength (now {strength:g})"
 
 
 def _words(text: str) -> list[str]:
@@ -46,3 +55,32 @@ def near_duplicate_share(texts: list[str], threshold: float = NEAR_DUPLICATE_JAC
             if (union == 0) or len(a & b) / union >= threshold:
                 duplicate[i] = duplicate[j] = True
     return sum(duplicate) / len(texts)
+
+
+def steering_warnings(quality: dict, strength: float) -> list[str]:
+    """A line naming the classes that lost rows to failed steering, with their figures, and one naming the
+    classes that lost every row; none when steering held everywhere."""
+    hit = [g for g in quality["groups"] if g["dropped"]]
+    if not hit:
+        return []
+    total = quality["overall"]["rows"] + quality["overall"]["dropped"]
+    lines = [f"Warning: steering failed on {quality['overall']['dropped']} of {total} rows "
+             f"(the steering teacher gave its class p < {MIN_STEERING_P:g}), dropped: "
+             + ", ".join(_dropped(g) for g in hit)]
+    emptied = [f"{g['teacher']}/{g['label']}" for g in hit if not g["rows"]]
+    if emptied:
+        lines.append(f"Warning: {', '.join(emptied)} kept no row: the steering teacher did not recognise the class "
+                     "in what the LM wrote; " + _ADVICE.format(strength=strength))
+    return lines
+
+
+def _dropped(group: dict) -> str:
+    others = group["dropped_others_confidence"]
+    return (f"{group['teacher']}/{group['label']} {group['dropped']} of {group['rows'] + group['dropped']} "
+            f"(p(class) {group['dropped_steering_p']:.2g}" + ("" if others is None else f", other teachers {others:.2g}")
+            + ")")
+
+
+def steering_failed_everywhere(rows: int, strength: float) -> str:
+    return (f"steering failed on every one of the {rows} rows (the steering teacher gave its class "
+            f"p < {MIN_STEERING_P:g}); " + _ADVICE.format(strength=strength))

@@ -19,7 +19,9 @@ lambda = 0 is plain generation (top-m, nucleus): the teacher is never asked.
 
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -107,6 +109,15 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return out / out.sum(dim=-1, keepdim=True)
 
 
+@contextlib.contextmanager
+def quiet_lm_warnings():
+    """transformers' FutureWarning that `past_key_values` is deprecated (kamal passes the KV cache it was given
+    back): silenced for kamal's own calls of the LM only; every other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`past_key_values` is deprecated", category=FutureWarning)
+        yield
+
+
 class _Stepper:
     """The LM over a batch of left-padded prompts, one KV cache, fed one token per row per step."""
 
@@ -125,8 +136,9 @@ class _Stepper:
 
     @torch.inference_mode()
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        out = self.lm.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
-                            past_key_values=self.cache, use_cache=True)
+        with quiet_lm_warnings():
+            out = self.lm.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
+                                past_key_values=self.cache, use_cache=True)
         self.cache = out.past_key_values
         return F.log_softmax(out.logits[:, -1].float(), dim=-1).cpu()
 

@@ -169,7 +169,7 @@ def synthesize(workspace, store, request: SynthesisRequest, *, say=print):
             texts = request.per_class * sum(len(t.labels) for t in teachers) - texts_done
             _generate(request, lm_folder, teachers, pending, texts, workdir, say)
         dataset, quality = _register(workspace, store, request, params, teachers, plan(request, teachers), workdir,
-                                     run.id)
+                                     run.id, say)
         run.result = {"dataset": dataset.name, "rows": dataset.num_rows}
     shutil.rmtree(workdir, ignore_errors=True)  # the written batches matter only to an unfinished run
     return dataset, quality
@@ -249,7 +249,7 @@ def load_models(lm_folder: Path, teachers, teacher_max_length: int, device: str)
     return lm, scorers
 
 
-def _register(workspace, store, request, params, teachers, units: Iterable[Unit], workdir: Path, run_id: int):
+def _register(workspace, store, request, params, teachers, units: Iterable[Unit], workdir: Path, run_id: int, say):
     from kamalcli.data.text import TextTable, write_cache
 
     rows = []  # (text, label, teacher, prompt)
@@ -264,10 +264,9 @@ def _register(workspace, store, request, params, teachers, units: Iterable[Unit]
     rows = [r for r in rows if r[0].strip()]
     if not rows:
         raise KamalFailure("the generator wrote no text at all (every sample ended at once); try another --prompt")
+    rows, quality = _drop_failed_steering(request, teachers, rows, say)
     table = TextTable([r[0] for r in rows], [r[1] for r in rows], "text", "label", ["text", "label", "teacher", "prompt"],
                       "synthesized")
-    quality = measure_quality(teachers, table.texts, [r[2] for r in rows], table.labels, request.device,
-                              request.teacher_max_length)
     content_hash = table.content_hash()
     cache = workspace.artifact_dir("data") / f"{content_hash[:24]}.parquet"
     if not cache.exists():
@@ -290,31 +289,64 @@ def _register(workspace, store, request, params, teachers, units: Iterable[Unit]
     return dataset, quality
 
 
-def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: list[str], device: str,
-                    max_length: int) -> dict:
-    """Label-free figures per steering teacher and class, and over all rows.
+def _drop_failed_steering(request, teachers, rows: list[tuple], say) -> tuple[list[tuple], dict]:
+    """The rows steering held on, and the quality figures (with the rows dropped per class); a warning when
+    some were dropped, a failure when none is left."""
+    from kamalcli.synth.quality import steering_failed_everywhere, steering_warnings
 
-    steering_p: the steering teacher's mean p(class) on the texts steered to that class;
-    others_confidence: the other teachers' mean max-probability on them (low is good: the text
+    texts, labels, steered_by = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+    probs = {t.name: _teacher_probs(t, texts, request.device, request.teacher_max_length) for t in teachers}
+    kept = steering_held(teachers, probs, steered_by, labels)
+    quality = measure_quality(teachers, texts, steered_by, labels, probs, kept)
+    if not kept.any():
+        raise KamalFailure(steering_failed_everywhere(len(rows), request.strength))
+    for line in steering_warnings(quality, request.strength):
+        say(line)
+    return [r for r, k in zip(rows, kept) if k], quality
+
+
+def steering_held(teachers, probs: dict, steered_by: list[str], labels: list[str]):
+    """Per row: whether its steering teacher gives the class it was steered to at least MIN_STEERING_P."""
+    import numpy as np
+
+    from kamalcli.synth.quality import MIN_STEERING_P
+
+    steered_by, labels = np.asarray(steered_by), np.asarray(labels)
+    p = np.zeros(len(labels))
+    for teacher in teachers:
+        for class_index, label in enumerate(teacher.labels):
+            rows = (steered_by == teacher.name) & (labels == label)
+            p[rows] = probs[teacher.name][rows, class_index]
+    return p >= MIN_STEERING_P
+
+
+def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: list[str], probs: dict, kept) -> dict:
+    """Label-free figures per steering teacher and class, and over all rows kept.
+
+    rows / dropped: the rows kept, and those dropped because steering failed on them (kamalcli/synth/quality.py);
+    steering_p: the steering teacher's mean p(class) on the texts kept for that class (dropped_steering_p: on those
+    dropped); others_confidence: the other teachers' mean max-probability on them (low is good: the text
     should be outside their domains); distinct_2 and near_duplicates as in kamalcli/synth/quality.py.
     """
     import numpy as np
 
-    from kamalcli.synth.quality import distinct_2, near_duplicate_share
+    from kamalcli.synth.quality import MIN_STEERING_P, distinct_2, near_duplicate_share
 
-    probs = {t.name: _teacher_probs(t, texts, device, max_length) for t in teachers}
-    steered_by, labels = np.asarray(steered_by), np.asarray(labels)
+    steered_by, labels, kept = np.asarray(steered_by), np.asarray(labels), np.asarray(kept, dtype=bool)
     groups = []
     for teacher in teachers:
+        others = [o for o in teachers if o.name != teacher.name]
         for class_index, label in enumerate(teacher.labels):
-            rows = np.flatnonzero((steered_by == teacher.name) & (labels == label))
-            if len(rows) == 0:
+            steered = (steered_by == teacher.name) & (labels == label)
+            if not steered.any():
                 continue
-            others = [probs[o.name][rows].max(axis=1).mean() for o in teachers if o.name != teacher.name]
+            rows, dropped = np.flatnonzero(steered & kept), np.flatnonzero(steered & ~kept)
+            steering_p, others_confidence = _confidences(probs, teacher, class_index, others, rows)
+            dropped_p, dropped_others = _confidences(probs, teacher, class_index, others, dropped)
             groups.append({
-                "teacher": teacher.name, "label": label, "rows": int(len(rows)),
-                "steering_p": round(float(probs[teacher.name][rows, class_index].mean()), 4),
-                "others_confidence": round(float(np.mean(others)), 4) if others else None,
+                "teacher": teacher.name, "label": label, "rows": int(len(rows)), "dropped": int(len(dropped)),
+                "steering_p": steering_p, "others_confidence": others_confidence,
+                "dropped_steering_p": dropped_p, "dropped_others_confidence": dropped_others,
                 "distinct_2": _round(distinct_2([texts[r] for r in rows])),
                 "near_duplicates": _round(near_duplicate_share([texts[r] for r in rows])),
             })
@@ -324,9 +356,21 @@ def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: l
         values = [(g[key], w) for g, w in zip(groups, weights) if g[key] is not None]
         return round(float(sum(v * w for v, w in values) / sum(w for _, w in values)), 4) if values else None
 
-    overall = {"rows": len(texts), "steering_p": mean("steering_p"), "others_confidence": mean("others_confidence"),
-               "distinct_2": _round(distinct_2(texts)), "near_duplicates": _round(near_duplicate_share(texts))}
-    return {"overall": overall, "groups": groups}
+    kept_texts = [t for t, k in zip(texts, kept) if k]
+    overall = {"rows": len(kept_texts), "dropped": int((~kept).sum()), "steering_p": mean("steering_p"),
+               "others_confidence": mean("others_confidence"), "distinct_2": _round(distinct_2(kept_texts)),
+               "near_duplicates": _round(near_duplicate_share(kept_texts))}
+    return {"overall": overall, "groups": groups, "min_steering_p": MIN_STEERING_P}
+
+
+def _confidences(probs: dict, teacher, class_index: int, others, rows) -> tuple[float | None, float | None]:
+    """(the teacher's mean p(class), the other teachers' mean max-probability) on these rows; None without rows."""
+    if len(rows) == 0:
+        return None, None
+    steering = _round(float(probs[teacher.name][rows, class_index].mean()))
+    if not others:
+        return steering, None
+    return steering, _round(float(sum(probs[o.name][rows].max(axis=1).mean() for o in others) / len(others)))
 
 
 def _round(value: float | None) -> float | None:

@@ -65,19 +65,13 @@ def _tags_upper_cased(info: ModelFolder, source) -> tuple[ModelFolder, list[str]
 
 def _notes(store, info: ModelFolder, name: str) -> list[str]:
     """What the user should know about this teacher beside the others: shared labels, tokenizers, dropout."""
-    notes = []
     task = task_of_architecture(info.architecture)
     others = store.teachers_of_task(task)
     space = store.label_space(others)
-    for label in info.labels:
-        if task == "token" and label == "O":
-            continue  # every token teacher has O: the union has one
-        if label in space.names:
-            owners = ", ".join(space.owners(label))
-            notes.append(
-                f"Label {label!r} is also taught by {owners}: it stays one label in the union, "
-                "and both teachers' predictions for it are combined there."
-            )
+    # every token teacher has O: the union has one
+    shared = {label: ", ".join(space.owners(label)) for label in info.labels
+              if label in space.names and not (task == "token" and label == "O")}
+    notes = [_shared_labels_note(shared)] if shared else []
     tokenizers = {t.tokenizer_fingerprint for t in others if t.tokenizer_fingerprint}
     if others and info.tokenizer_fingerprint and info.tokenizer_fingerprint not in tokenizers:
         notes.append(
@@ -87,6 +81,19 @@ def _notes(store, info: ModelFolder, name: str) -> list[str]:
     if info.dropout in (0, 0.0):
         notes.append(f"{name} has dropout 0: MC-dropout probing needs --dropout P (or --mc-samples 1).")
     return notes
+
+
+def _shared_labels_note(shared: dict[str, str]) -> str:
+    """One note for all the labels other teachers teach too ({label: its other teachers})."""
+    then = "stays one label in the union, and the teachers' predictions for it are combined there."
+    if len(shared) == 1:
+        [(label, owners)] = shared.items()
+        return f"Label {label!r} is also taught by {owners}: it {then}"
+    names = ", ".join(repr(label) for label in shared)
+    if len(set(shared.values())) == 1:
+        return f"Labels {names} are also taught by {next(iter(shared.values()))}: each {then}"
+    names = ", ".join(f"{label!r} ({owners})" for label, owners in shared.items())
+    return f"Labels {names} are also taught by other teachers: each {then}"
 
 
 def _copy_into(workspace, info: ModelFolder) -> tuple[Path, Path | None]:

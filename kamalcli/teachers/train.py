@@ -7,7 +7,9 @@ on gold labels; a held-out slice of those rows picks the best step.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -170,19 +172,39 @@ def _train_problem(request: TeacherRequest, dataset, config, workdir, resume: bo
     return problem, result
 
 
-def _held_out_score(problem: _TeacherProblem, config, device: str, token: bool) -> float | None:
-    """Entity F1 (a token teacher) or accuracy on the held-out rows; None without any."""
+def _held_out_score(problem: _TeacherProblem, config, device: str, token: bool) -> dict:
+    """Entity F1 (a token teacher), or accuracy with its 95% Wilson interval, on the held-out rows
+    (None without any), and how many rows those are."""
     from kamalcli.models.inference import predict_logits
+    from kamalcli.probs import wilson_interval
 
     model, label_ids, held_out = problem.model, problem.label_ids, problem.held_out
     size = len(held_out)
-    if size and token:
-        return _held_out_entity_f1(model, problem.tokenizer, problem.texts, label_ids, held_out, config.max_length,
-                                   device)
-    if size:
-        pred = predict_logits(model, problem.encoded, device=device, rows=held_out).argmax(axis=1)
-        return float((pred == label_ids[held_out]).mean())
-    return None
+    score: dict = {"held_out_rows": int(size)}
+    if token:
+        return {**score, "held_out_entity_f1": _held_out_entity_f1(
+            model, problem.tokenizer, problem.texts, label_ids, held_out, config.max_length, device) if size else None}
+    if not size:
+        return {**score, "held_out_accuracy": None}
+    pred = predict_logits(model, problem.encoded, device=device, rows=held_out).argmax(axis=1)
+    correct = int((pred == label_ids[held_out]).sum())
+    return {**score, "held_out_accuracy": correct / size,
+            "held_out_accuracy_interval": list(wilson_interval(correct, size))}
+
+
+def folder_record(request: TeacherRequest, problem: _TeacherProblem, config, score: dict) -> dict:
+    """The teacher folder's kamal.json, which travels with the folder when it is handed on: its labels, base,
+    training settings, row count and held-out figures. Nothing that names the trainer's own data or disk
+    (dataset name, paths, content hashes): the workspace's database holds the link to the training data."""
+    return {"name": request.name, "labels": request.labels, "base": base_for_folder(request.base),
+            "rows": int(len(problem.texts)), "train": config.as_json(), **score}
+
+
+def base_for_folder(base: str) -> str:
+    """A named base or hub id as it is; a local folder by its name only (the folder may be handed on)."""
+    if os.sep in base and Path(base).expanduser().exists():
+        return f"{Path(base).name} (a local folder)"
+    return base
 
 
 def _publish_teacher(workspace, store, request: TeacherRequest, dataset, problem: _TeacherProblem, config,
@@ -193,10 +215,7 @@ def _publish_teacher(workspace, store, request: TeacherRequest, dataset, problem
     from kamalcli.teachers.register import register_teacher
 
     staging = workspace.tmp_dir() / "teacher"
-    save_classifier(problem.model, problem.tokenizer, staging, extra={
-        "name": request.name, "labels": request.labels, "base": request.base, "data": dataset.name,
-        "rows": int(len(problem.texts)), "train": config.as_json(), **score,
-    })
+    save_classifier(problem.model, problem.tokenizer, staging, extra=folder_record(request, problem, config, score))
     final = workspace.artifact_dir("teachers") / request.name
     if final.exists():
         raise KamalError(f"{final} exists already (a teacher of that name was removed?); move it away first")
@@ -227,15 +246,12 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
         device = resolve_device(request.device)
         config = replace(config, device=device)
         problem, result = _train_problem(request, dataset, config, workdir, resume_run is not None, device)
-        score_key = "held_out_entity_f1" if token else "held_out_accuracy"
-        accuracy = _held_out_score(problem, config, device, token)
-        teacher, final = _publish_teacher(workspace, store, request, dataset, problem, config,
-                                          {score_key: accuracy}, say)
+        score = _held_out_score(problem, config, device, token)
+        teacher, final = _publish_teacher(workspace, store, request, dataset, problem, config, score, say)
         run.result = {"teacher": teacher.name, "path": str(final), "rows": int(len(problem.texts)),
                       "steps": result.steps, "seconds": result.seconds,
-                      "examples_per_second": result.examples_per_second, score_key: accuracy,
-                      "held_out_loss": result.best_metric, "held_out_rows": int(len(problem.held_out)),
-                      "embeddings": result.embeddings}
+                      "examples_per_second": result.examples_per_second, **score,
+                      "held_out_loss": result.best_metric, "embeddings": result.embeddings}
     return teacher, run.result
 
 

@@ -41,6 +41,10 @@ DEFAULT_EVAL_EVERY = TRAIN.eval_every  # ...with the held-out loss measured ever
 DEFAULT_PATIENCE = TRAIN.patience      # ...and training stopped after this many measurements without a better one
 
 
+SAY_EXPECTED_FROM_S = 60.0  # a training expected to take less does not say how long it will take
+MEASURE_STEPS, MEASURE_SECONDS = 3, 10.0  # the expected time is measured on this many steps, or this long
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int | None = TRAIN.epochs  # None: a budget of `steps` with early stopping on the selector
@@ -330,6 +334,46 @@ class _BatchOrder:
         return self.order[offset * size : (offset + 1) * size]
 
 
+class ExpectedTime:
+    """How long the run will take, said once: the median time of the steps after this process's first (which
+    warms up), once MEASURE_STEPS of them are done or MEASURE_SECONDS have passed, times the steps left (the
+    median: another warm-up step or a busy moment does not scale the whole estimate). Only the main process
+    says it; a run expected to end within SAY_EXPECTED_FROM_S says nothing."""
+
+    def __init__(self, total: int, first_step: int, early_stopping: bool, at: float):
+        self.total, self.first_step, self.early_stopping, self.started = total, first_step, early_stopping, at
+        self.warm: float | None = None  # when the first step ended
+        self.last: tuple[int, float] | None = None  # (step, time) of the last step heard
+        self.durations: list[float] = []
+        self.done = False
+
+    def after_step(self, step: int, at: float) -> str | None:
+        """The line to say after `step` ended at time `at` (seconds), or None."""
+        if self.done:
+            return None
+        if self.last is None:
+            self.warm, self.last = at, (step, at)
+            return None
+        self.durations.append((at - self.last[1]) / (step - self.last[0]))
+        self.last = (step, at)
+        if len(self.durations) < MEASURE_STEPS and at - self.warm < MEASURE_SECONDS:
+            return None
+        self.done = True
+        expected = at - self.started + float(np.median(self.durations)) * (self.total - step)
+        if expected < SAY_EXPECTED_FROM_S:
+            return None
+        sooner = " (early stopping may end sooner)" if self.early_stopping else ""
+        return f"about {_duration(expected)} for up to {self.total - self.first_step} steps{sooner}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _steps(run: _Run, encoded: Encoded, rows: np.ndarray, description: str,
            on_step: Callable[[int], None] | None, on_loss: Callable[[int, float], None] | None) -> bool:
     """Step until the budget is spent or early stopping says so (True), under a progress bar and Ctrl-C."""
@@ -342,6 +386,8 @@ def _steps(run: _Run, encoded: Encoded, rows: np.ndarray, description: str,
     examples_before = state.step * config.batch_size
     order = _BatchOrder(rows, config, run.steps_per_epoch)
     planned = len(rows) * config.epochs if config.epochs is not None else run.total * config.batch_size
+    expected = ExpectedTime(run.total, state.step, config.early_stopping and run.selector is not None,
+                            time.perf_counter())
     with _deferred_interrupt() as stop_requested, progress_bar(
         planned, description, completed=min(examples_before, planned), show=run.world.main,
     ) as bar:
@@ -351,6 +397,9 @@ def _steps(run: _Run, encoded: Encoded, rows: np.ndarray, description: str,
             state.seconds = time.perf_counter() - started
             smoothed = value if smoothed is None else 0.9 * smoothed + 0.1 * value
             bar.advance(len(index), loss=smoothed)
+            line = expected.after_step(state.step, time.perf_counter())
+            if line is not None and run.world.main:
+                bar.say(line)
             if on_loss is not None:
                 on_loss(state.step, value)
             when = due(state.step, run.total, run.steps_per_epoch, config)

@@ -1,0 +1,117 @@
+"""The README's path on text new to the teachers, with defaults, as a user walks it (issue 34's protocol).
+
+Teachers are trained in one workspace on disjoint halves of debian-topics' train split (minilm-l3, 64
+tokens, 2 epochs), then added to a fresh workspace as folders: kamal never sees their training rows. The
+unlabelled pool is the dev split (rows no teacher trained on), the test rows come from the test split.
+Then the README's commands in order, with nothing but the base and lengths set in kamal.toml:
+probe, report, amalgamate --method muki-hard (kamal's default) and, beside it, vanilla-kd; eval of both
+and of the teachers' ensemble.
+
+    python benchmarks/readme_walk.py [--synthesize N] [--seed S]
+
+Prints a markdown table; the workspaces stay under benchmarks/work/ (rerun: cached steps are skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import DEFAULT_DATA, HALF_A, HALF_B, WORK, Workspace, load_split, sample  # noqa: E402
+
+BASE, LENGTH = "minilm-l3", 64
+
+
+def fresh(root: Path) -> Workspace:
+    from kamalcli.cli import cli
+    from kamalcli.workspace.config import set_config_values
+
+    if not (root / ".kamal").is_dir():
+        cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
+        set_config_values(root / "kamal.toml", {("probe", "max_length"): str(LENGTH),
+                                                ("train", "max_length"): str(LENGTH),
+                                                ("train", "student"): f'"{BASE}"'})
+    return Workspace(root)
+
+
+def write(path: Path, rows: list[dict], labelled: bool) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": r["text"], **({"label": r["label"]} if labelled else {})}) + "\n"
+                     for r in rows)
+    return path
+
+
+def teachers(seed: int) -> dict[str, str]:
+    """Two teachers trained elsewhere: name -> folder."""
+    source = fresh(WORK / f"walk-source-{seed}")
+    if not any(d["name"] == "private" for d in source.json("data")):
+        rows = sample(load_split(DEFAULT_DATA, "train"), 2000, f"private-{seed}")
+        source("add-data", write(source.root / "data" / "private.jsonl", rows, True), "--name", "private",
+               "--role", "eval", quiet=True)
+    for name, labels in (("a", HALF_A), ("b", HALF_B)):
+        if not source.has_teacher(name):
+            source("train-teacher", "private", "--labels", ",".join(labels), "--name", name, "--epochs", 2,
+                   "--seed", seed, quiet=True)
+    return {t["name"]: t["path"] for t in source.json("teachers")}
+
+
+def walk(seed: int, synthesize: int, tag: str = "") -> dict:
+    folders = teachers(seed)
+    ws = fresh(WORK / f"walk-{seed}-synth{synthesize}{tag}")
+    for name, folder in folders.items():
+        if not ws.has_teacher(name):
+            ws("add-teacher", folder, "--name", name, quiet=True)
+    known = {d["name"] for d in ws.json("data")}
+    if "pool" not in known:
+        ws("add-data", write(ws.root / "data" / "pool.jsonl", load_split(DEFAULT_DATA, "dev"), False),
+           "--name", "pool", quiet=True)
+        test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
+        ws("add-data", write(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
+           quiet=True)
+    if synthesize and "synth" not in known:
+        ws("synthesize", "--per-class", synthesize, "--name", "synth", "--prompt",
+           "Write a one-sentence description of a Debian software package about {label}.", quiet=True)
+    timings = {}
+    started = time.perf_counter()
+    ws("probe", quiet=True)
+    timings["probe"] = time.perf_counter() - started
+    report = ws("report")
+    rows = {}
+    for name, method in (("default", "muki-hard"), ("vanilla", "vanilla-kd")):
+        if not ws.has_student(name):
+            started = time.perf_counter()
+            ws("amalgamate", "--method", method, "--name", name, "--seed", seed, quiet=True)
+            timings[name] = time.perf_counter() - started
+        rows[name] = ws.json("eval", name, "--data", "test")
+    rows["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
+    for name in folders:
+        rows[f"teacher {name}"] = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
+    student = next(s for s in ws.json("students") if s["name"] == "default")
+    return {"rows": rows, "timings": timings, "report": report, "default_objective": student.get("train", {}).get(
+        "objective", {})}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--synthesize", type=int, default=0, metavar="N",
+                        help="run `kamal synthesize --per-class N` first (the README's 'No text?' step)")
+    parser.add_argument("--tag", default="", help="a suffix for the walk's workspace (to compare two versions)")
+    args = parser.parse_args()
+    result = walk(args.seed, args.synthesize, args.tag)
+    print(f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |")
+    print("|---|---|---|")
+    for name, m in result["rows"].items():
+        print(f"| {name} | {100 * m['accuracy']:.1f} | {100 * m['macro_f1']:.1f} |")
+    print("\ntimings (s):", {k: round(v) for k, v in result["timings"].items()})
+    print("\ndefault student's objective:", json.dumps(result["default_objective"])[:600])
+
+
+if __name__ == "__main__":
+    main()

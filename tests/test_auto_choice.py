@@ -1,0 +1,184 @@
+"""score=auto decided from measured selection (issue 34): at-chance scores refused, one decision for kamal report
+and kamal amalgamate, one rule for what RMD is fitted on, the probe's summary, recommendations with their rows."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import tiny
+
+TRAIN = ["--epochs", 1, "--lr", "2e-3", "--batch-size", 16, "--max-length", 32, "--mc-samples", 2]
+PROBE = ["--mc-samples", 2, "--max-length", 32]
+
+
+def figure(score, accuracy, rows, data="test", generated=False, chance=0.5):
+    from kamalcli.probe.auto_score import Figure
+
+    return Figure(score, data, generated, rows, accuracy, chance)
+
+
+# -- the rule, on figures made by hand ------------------------------------------------------------------
+
+def test_a_score_counts_only_when_its_wilson_lower_bound_is_above_chance():
+    # Wilson 95% by hand: 68/120 -> centre 0.5646, half-width 0.0873 -> (0.4773, 0.6519)
+    at_chance = figure("max-prob", 68 / 120, 120, "synth", generated=True)
+    assert at_chance.interval == pytest.approx((0.4773, 0.6519), abs=1e-4) and not at_chance.clear
+    # 720/1000 -> (0.6914, 0.7469): clear of 0.5, not of 0.7
+    assert figure("rmd", 0.72, 1000).interval == pytest.approx((0.6914, 0.7469), abs=1e-4)
+    assert figure("rmd", 0.72, 1000).clear and not figure("rmd", 0.72, 1000, chance=0.7).clear
+
+
+def test_scores_at_chance_on_generated_rows_are_refused_for_the_fallback():
+    from kamalcli.probe.auto_score import decide
+
+    # the issue's figures: 120 generated rows, every score 45.8-56.7%
+    issue = [figure(s, a, 120, "synth", generated=True)
+             for s, a in (("rmd+prototype", 0.525), ("rmd", 0.458), ("entropy", 0.55), ("max-prob", 68 / 120))]
+    choice = decide(issue, (3, 3))
+    assert choice.score == "mc-dropout" and choice.figure is None
+    assert choice.line == ("score=auto selects with mc-dropout: no score picks the right teacher clearly above "
+                           "chance (best: max-prob, 56.7% of 120 generated rows of synth (95% interval 47.7-65.2%; "
+                           "chance 50.0%)), so mc-dropout, MUKI's own score, which needs no fitted data.")
+    assert decide(issue, (2, 4)).score == "energy"  # label counts differ: energy compares them
+    assert decide(issue, (3, 3), available=("entropy", "energy", "rmd")).score == "entropy"  # mc=false
+    none = decide([], (3, 3))
+    assert none.score == "mc-dropout" and "No selection is measured for these teachers yet: `kamal probe`" in none.reason
+
+
+def test_labelled_rows_decide_before_generated_ones_and_at_chance_there_is_refused():
+    from kamalcli.probe.auto_score import decide
+
+    labelled = [figure("rmd", 0.72, 1000), figure("entropy", 0.682, 1000), figure("max-prob", 0.505, 1000)]
+    generated = [figure("rmd+prototype", 0.9, 120, "synth", True), figure("max-prob", 0.8, 120, "synth", True)]
+    choice = decide(labelled + generated, (3, 3))
+    assert choice.score == "rmd" and choice.figure == labelled[0]
+    assert choice.reason == ("it picks the right teacher on 72.0% of 1,000 labelled rows of test (95% interval "
+                             "69.1-74.7%; chance 50.0%), clearly above chance.")
+    # max-prob is at chance on the labelled rows: 80% on generated ones does not overrule that
+    assert decide([labelled[2], generated[1]], (3, 3)).score == "mc-dropout"
+    # a score measured only on generated rows counts when nothing labelled does
+    assert decide([labelled[2], *generated], (3, 3)).score == "rmd+prototype"
+    # equal figures: the order of docs/benchmarks.md's measured selection
+    assert decide([figure("entropy", 0.9, 100), figure("rmd", 0.9, 100)], (3, 3)).score == "rmd"
+
+
+def test_chance_is_the_share_the_best_constant_selector_gets():
+    from kamalcli.probe.auto_score import chance
+
+    a, b = SimpleNamespace(labels=("x",)), SimpleNamespace(labels=("y", "w"))
+    assert chance({"x": 80, "y": 15, "w": 5, "unknown": 50}, [a, b]) == 0.8  # rows no teacher knows left out
+    assert chance({"x": 10, "y": 10}, [a, b]) == 0.5
+    assert not figure("entropy", 0.82, 100, chance=0.8).clear  # (0.733, 0.883): no better than always picking a
+
+
+# -- through the commands -----------------------------------------------------------------------------
+
+@pytest.fixture
+def added(kamal, trained, assets):
+    """Two teachers trained elsewhere and added as folders, and the unlabelled pool."""
+    kamal("add-teacher", trained["news"], "--name", "news")
+    kamal("add-teacher", trained["money"], "--name", "money")
+    kamal("add-data", assets["pool"], "--name", "pool")
+    kamal.train = ["--student", assets["encoder"], *TRAIN]
+    return kamal
+
+
+def test_report_and_amalgamate_name_the_same_score_for_the_same_reason(added, assets):
+    added("add-data", assets["test"], "--name", "test", "--role", "eval")
+    probed = added("probe", *PROBE)
+    [decision] = added.json("report")["auto"]
+    assert decision["teachers"] == ["news", "money"] and decision["figure"]["data"] == "test"
+    assert decision["figure"]["rows"] == 80 and decision["figure"]["clear"]
+    assert decision["line"] in probed.stdout
+    report = added("report").stdout
+    assert f"news, money: {decision['line']}" in report
+    assert f"--option score={decision['score']}" in report
+    # the probe's table names it too, as the row of that score
+    rows = {s["score"]: s for s in added.json("report")["selection"] if s["data"] == "test"}
+    assert rows[f"auto: {decision['score']}"]["accuracy"] == rows[decision["score"]]["accuracy"]
+
+    result = added("amalgamate", "--method", "muki-hard", "--name", "v1", *added.train)
+    assert decision["line"] in result.stderr.splitlines()
+    [student] = added.json("students")
+    assert student["options"]["score"] == "auto"  # what was asked stays recorded; what it became, beside it
+    assert student["train"]["objective"]["score"] == decision["score"]
+    assert student["train"]["objective"]["auto"] == {k: v for k, v in decision.items() if k != "teachers"}
+
+
+def test_at_chance_nothing_is_recommended_and_each_figure_carries_its_rows(added, tmp_path):
+    # 6 of news's rows, 1 of money's: always picking news is right 6/7 of the time, and even 7/7 has a Wilson
+    # lower bound of 64.6%: no score can be clearly above that chance on these rows
+    rows = tiny.topic_rows(["world", "sports"], 3, seed=31) + tiny.topic_rows(["business"], 1, seed=32)
+    added("add-data", tiny.write_jsonl(tmp_path / "few.jsonl", rows), "--name", "few", "--role", "eval")
+    added("probe", *PROBE)
+    report = added("report").stdout
+    assert "of 7 rows (95% interval" in report and "chance 85.7%), not clearly above chance" in report
+    assert "--option score=" not in report
+    [decision] = added.json("report")["auto"]
+    assert decision["score"] == "mc-dropout" and decision["figure"] is None
+    assert "no score picks the right teacher clearly above chance" in decision["line"]
+    rows = [s for s in added.json("report")["selection"] if s["score"] == "entropy"]
+    assert rows and all(s["rows"] == 7 and s["chance"] == pytest.approx(6 / 7) and len(s["interval"]) == 2
+                        for s in rows)
+    result = added("amalgamate", "--method", "muki-hard", "--name", "v1", *added.train)
+    assert decision["line"] in result.stderr
+    [student] = added.json("students")
+    assert student["train"]["objective"]["auto"]["score"] == "mc-dropout"
+
+
+def test_probe_and_amalgamate_fit_rmd_by_one_rule_and_say_so_alike(added, lm):
+    added("synthesize", "--lm", lm, "--name", "synth", "--per-class", 2, "--max-new-tokens", 4, "--batch-size", 2,
+          "--top-m", 5)
+    line = ("RMD fitted on synth, text kamal synthesize wrote for these teachers (--rmd-fit NAME for labelled "
+            "data).")
+    probed = added("probe", *PROBE)
+    assert line in probed.stderr.splitlines() and "circular" not in probed.output
+    pool = [p for p in added.json("report")["probes"] if p["data"] == "pool"]
+    assert {(p["rmd"]["source"], p["rmd"]["fit_data"]) for p in pool} == {("labelled", "synth")}
+    # on synth itself RMD's figures measure the fit: the report says so and score=auto does not count them
+    assert "On synth, rmd, rmd@L1, rmd, per-teacher rank" in added("report").stdout
+    assert "are fitted on these very rows: in-sample, not counted." in added("report").stdout
+    result = added("amalgamate", "--method", "muki-hard", "--name", "r", "--option", "score=rmd", *added.train)
+    assert line in result.stderr.splitlines()
+    assert next(r for r in added.json("runs") if r["name"] == "r")["params"]["rmd_fit"] == "synth"
+
+
+def test_without_text_for_the_teachers_both_say_the_fit_is_circular(added):
+    line = ("RMD fitted on the transfer rows each teacher (news, money) is itself most confident on: circular. "
+            "Give labelled data with --rmd-fit NAME, or text written for these teachers with `kamal synthesize`.")
+    assert line in added("probe", *PROBE).stderr.splitlines()
+    result = added("amalgamate", "--method", "muki-hard", "--name", "r", "--option", "score=rmd", *added.train)
+    assert line in result.stderr.splitlines()
+
+
+def test_a_probe_that_only_fits_rmd_again_says_so(added, assets):
+    added("add-data", assets["test"], "--name", "test", "--role", "eval")
+    added("probe", *PROBE)
+    again = added("probe", *PROBE, "--rmd-fit", "test")  # every probe cached; RMD fitted anew on them
+    assert "Nothing to do" not in again.stdout
+    assert "All 4 probes were cached; RMD fitted anew for money, news" in again.stdout
+    assert "Nothing to do: all 4 probes were cached" in added("probe", *PROBE, "--rmd-fit", "test").stdout
+
+
+def test_a_narrow_terminal_still_shows_the_tables_rows(monkeypatch, capsys):
+    import sys
+
+    from kamalcli.cli.render import table
+
+    class Terminal:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def isatty(self):
+            return True
+
+        def __getattr__(self, name):
+            return getattr(self.stream, name)
+
+    monkeypatch.setenv("COLUMNS", "8")  # what a terminal too narrow for the table reports
+    monkeypatch.setattr(sys, "stdout", Terminal(sys.stdout))
+    table("Probed", ["teacher", "data", "rows", "seconds", "rate"], [("news", "pool", 240, 0.5, "480.0 ex/s")])
+    out = capsys.readouterr().out
+    assert "news" in out and "480.0 ex/s" in out

@@ -1,0 +1,109 @@
+"""The README's example, walked in its order on tiny models, as a new user would: teachers arrive as folders,
+the unlabelled pool is new to them, and kamal synthesize writes text first. No command needs a flag the
+README does not show (the tiny bases are set in kamal.toml, as a user sets their own)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import tiny
+from conftest import FOUR, Kamal
+
+README = Path(__file__).parents[1] / "README.md"
+
+
+def readme_example() -> list[list[str]]:
+    """The commands of the README's "An example" block, in order (comments dropped, `&&` split)."""
+    text = README.read_text(encoding="utf-8")
+    block = text.split("## An example", 1)[1].split("```", 2)[1]
+    commands = []
+    for line in block.strip().splitlines():
+        line = line.split("  #", 1)[0].strip()
+        for part in line.split("&&"):
+            argv = shlex.split(part)
+            if argv and argv[0] == "kamal":
+                commands.append(argv[1:])
+    return commands
+
+
+def readme_synthesize() -> list[str]:
+    """The `kamal synthesize ...` the README suggests when there is no text."""
+    found = re.search(r"`kamal synthesize ([^`]*)`", README.read_text(encoding="utf-8"))
+    return shlex.split(found.group(1))
+
+
+def test_the_readme_example_is_what_this_test_walks():
+    commands = [c[0] for c in readme_example()]
+    assert commands == ["init", "add-teacher", "add-teacher", "add-data", "add-data", "probe", "report",
+                        "amalgamate", "eval", "export", "predict"]
+
+
+def test_the_readme_path_works_without_extra_flags(tmp_path, trained, assets, lm):
+    """Every command of the README's example, in order, with synthesize before the probe (its "No text?")."""
+    folders = {"./news-a": trained["news"], "./news-b": _unnamed_copy(trained["money"], tmp_path),
+               "unlabelled.jsonl": _pool(tmp_path), "test.csv": assets["test"]}
+    outputs = {}
+    for argv in readme_example():
+        argv = [str(folders.get(a, a)) for a in argv]
+        if argv[0] == "init":
+            Kamal(None)("init", tmp_path / argv[1])
+            kamal = Kamal(tmp_path / argv[1])
+            _tiny_settings(kamal.workspace, assets)
+            continue
+        if argv[0] == "probe":  # after the data: text written for the teachers, as the README suggests
+            synth = readme_synthesize()
+            outputs["synthesize"] = kamal("synthesize", *_tiny_lm(synth, lm))
+        outputs[argv[0]] = kamal(*argv)
+    assert "several transfer sets" not in outputs["amalgamate"].stderr
+    assert "pool" in outputs["amalgamate"].stderr  # it says which transfer set it used
+    assert re.search(r"accuracy \d+\.\d%", outputs["eval"].stdout)
+    assert outputs["predict"].stdout.count("\n") == 1
+
+
+def _tiny_settings(workspace: Path, assets) -> None:
+    """What a user sets once in kamal.toml: the student base and lengths (here the tiny ones)."""
+    config = workspace / "kamal.toml"
+    text = config.read_text()
+    text = text.replace('student = "minilm-l6"', f'student = "{assets["encoder"]}"')
+    text = re.sub(r"(?m)^max_length = 128", "max_length = 32", text)
+    text = re.sub(r"(?m)^steps = 600", "steps = 60", text)
+    text = re.sub(r"(?m)^mc_samples = 16", "mc_samples = 2", text)
+    config.write_text(text)
+
+
+def _tiny_lm(argv: list[str], lm: Path) -> list[str]:
+    """The README's synthesize with the tiny LM and a handful of texts (the one thing a test must shrink)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--per-class":
+            out += ["--per-class", "3"]
+            skip = True
+            continue
+        out.append(arg)
+    return [*out, "--lm", str(lm), "--max-new-tokens", "6", "--top-m", "5"]
+
+
+def _unnamed_copy(folder: Path, tmp_path: Path) -> Path:
+    """A teacher whose config names its classes LABEL_0, LABEL_1 (the README names them with --labels)."""
+    import json
+    import shutil
+
+    copy = tmp_path / "news-b"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["id2label"] = {str(i): f"LABEL_{i}" for i in range(len(config["id2label"]))}
+    config["label2id"] = {f"LABEL_{i}": i for i in range(len(config["id2label"]))}
+    (copy / "config.json").write_text(json.dumps(config))
+    (copy / "kamal.json").unlink(missing_ok=True)
+    return copy
+
+
+def _pool(tmp_path: Path) -> Path:
+    """Unlabelled text new to the teachers (another seed than their training rows)."""
+    return tiny.write_jsonl(tmp_path / "unlabelled.jsonl",
+                            [{"text": r["text"]} for r in tiny.topic_rows(FOUR, 30, seed=41)])
