@@ -78,8 +78,10 @@ def test_synthesize_with_smollm2_converted_from_its_gguf(kamal, trained):
     kamal("synthesize", "--per-class", 2, "--name", "s", "--max-new-tokens", 10, "--batch-size", 2, "--top-m", 5,
           "--prompt", "Write one news sentence about {label}.")
     [data] = kamal.json("data")
-    assert data["rows"] >= 3 and data["provenance"]["generator"] == {"lm": "smollm2-135m",
-                                                                     "fingerprint": record["model_sha256"]}
+    overall = data["provenance"]["quality"]["overall"]
+    # every text written is kept or counted among those where steering failed (dropped, and said)
+    assert data["rows"] >= 1 and data["rows"] + overall["dropped"] >= 3
+    assert data["provenance"]["generator"] == {"lm": "smollm2-135m", "fingerprint": record["model_sha256"]}
     import pyarrow.parquet as pq
 
     [path] = (kamal.workspace / ".kamal" / "artifacts" / "data").glob("*.parquet")
