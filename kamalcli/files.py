@@ -13,6 +13,13 @@ from typing import Any, Iterable, Iterator
 from kamalcli.errors import KamalError
 
 
+def open_maybe_gzipped(path: Path, mode: str = "rb", **kwargs):
+    """open(), or gzip.open() for a name ending in .gz."""
+    import gzip
+
+    return (gzip.open if Path(path).name.lower().endswith(".gz") else open)(path, mode, **kwargs)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -113,6 +113,18 @@ def lm(tmp_path_factory) -> Path:
     return tiny.make_causal_lm(tmp_path_factory.mktemp("lm") / "lm", seed=7)
 
 
+def add_copied_teacher(kamal: Kamal, assets, folder: Path, names: tuple[str, str] = ("a", "b")) -> Path:
+    """Teacher teacher_a from a copy at folder (which the test may rewrite or move), teacher_b as it is, and
+    the transfer pool. Returns the copy."""
+    import shutil
+
+    shutil.copytree(assets["teacher_a"], folder)
+    kamal("add-teacher", folder, "--name", names[0])
+    kamal("add-teacher", assets["teacher_b"], "--name", names[1])
+    kamal("add-data", assets["pool"], "--name", "pool")
+    return folder
+
+
 def add_teachers_and_data(kamal: Kamal, teachers: dict[str, Path], assets) -> Kamal:
     """Register these teacher folders by name, the transfer pool and the labelled test set."""
     for name, folder in teachers.items():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import tiny
+from conftest import add_copied_teacher
 from test_feature_methods import train_args
 
 
@@ -88,11 +89,7 @@ def test_depth_that_cannot_be_read_is_refused_naming_the_teacher(with_gpt2, asse
 # -- 12: a teacher's folder moved -------------------------------------------------------------
 
 def test_a_moved_teacher_folder_is_named_with_how_to_re_point_it(kamal, assets, tmp_path):
-    folder = tmp_path / "news"
-    shutil.copytree(assets["teacher_a"], folder)
-    kamal("add-teacher", folder, "--name", "news")
-    kamal("add-teacher", assets["teacher_b"], "--name", "money")
-    kamal("add-data", assets["pool"], "--name", "pool")
+    folder = add_copied_teacher(kamal, assets, tmp_path / "news", names=("news", "money"))
     kamal("probe", "--mc-samples", 2, "--max-length", 32)
     folder.rename(tmp_path / "moved")
     line = one_line(kamal("amalgamate", "--method", "dfa", "--name", "s", *train_args(assets, epochs=1), code=2))

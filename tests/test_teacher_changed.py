@@ -4,6 +4,7 @@ import os
 import shutil
 
 import tiny
+from conftest import add_copied_teacher
 from kamalcli.files import sha256_files
 
 TRAIN = ["--epochs", "1", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
@@ -12,12 +13,7 @@ PROBE = ["--mc-samples", "2", "--no-rmd", "--data", "pool"]
 
 def _setup(kamal, assets, tmp_path):
     """Teacher a from a folder the test may rewrite, teacher b untouched, transfer data."""
-    folder = tmp_path / "a"
-    shutil.copytree(assets["teacher_a"], folder)
-    kamal("add-teacher", folder, "--name", "a")
-    kamal("add-teacher", assets["teacher_b"], "--name", "b")
-    kamal("add-data", assets["pool"], "--name", "pool")
-    return folder
+    return add_copied_teacher(kamal, assets, tmp_path / "a")
 
 
 def _retrain(folder):

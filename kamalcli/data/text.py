@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kamalcli.errors import KamalError, first_line
+from kamalcli.files import open_maybe_gzipped
 
 GENERATED = "synthesized"  # a dataset's provenance kind when kamal synthesize wrote it
 
@@ -288,7 +289,7 @@ def _csv_records(sample: str, delimiter: str) -> list[list[str]] | None:
 def _csv_sample(path: Path) -> tuple[str, bool]:
     """The file's first CSV_SAMPLE_BYTES as whole lines of text, and whether that is the whole file."""
     try:
-        with _open_binary(path) as f:
+        with open_maybe_gzipped(path) as f:
             head = f.read(CSV_SAMPLE_BYTES + 1)
     except (OSError, EOFError):
         return "", False
@@ -297,14 +298,8 @@ def _csv_sample(path: Path) -> tuple[str, bool]:
     return (text if whole else text[: text.rfind("\n") + 1]), whole
 
 
-def _open_binary(path: Path):
-    import gzip
-
-    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
-
-
 def _open_text(path: Path):
-    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig")
+    return open_maybe_gzipped(path, "rt", encoding="utf-8-sig")
 
 
 def _root_message(error: BaseException) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kamalcli.errors import KamalError
+from kamalcli.files import open_maybe_gzipped
 from kamalcli.labels import renamed_tags_note, upper_tag
 
 CONLL_SUFFIXES = (".conll", ".conllu", ".bio", ".iob", ".iob2")
@@ -95,11 +96,8 @@ def read_conll(path: Path) -> TokenTable:
 
 
 def _text_lines(path: Path):
-    import gzip
-
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        with open_maybe_gzipped(path, "rt", encoding="utf-8") as f:
             yield from f
     except UnicodeDecodeError:
         raise KamalError(f"{path.name} is not valid UTF-8 text") from None

@@ -166,6 +166,7 @@ def check_target(workspace, store, target: Path, force: bool) -> None:
 
     root, state = workspace.root.resolve(), workspace.state_dir.resolve()
     target = target.resolve()
+    store.claim("export folder", str(target), exclusive=True)  # a second export into this folder is refused
     if target == root or target in root.parents:
         raise KamalError(f"--out {target} would replace the workspace {root}; choose a folder of the export's own")
     exports = workspace.artifact_dir("exports").resolve()

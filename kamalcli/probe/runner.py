@@ -229,25 +229,26 @@ class Runner:
         the one registered."""
         from kamalcli.models.batching import encode
         from kamalcli.data.text import load_dataset_rows
-        from kamalcli.models.loading import load_classifier, load_tokenizer
+        from kamalcli.models.loading import load_classifier, load_tokenizer, model_folder
         from kamalcli.probe.mc_dropout import check_dropout
-        from kamalcli.models.folder import weights_fingerprint
+        from kamalcli.probe.teacher_weights import on_disk
 
-        folder = Path(teacher.path)
-        if not folder.is_dir():
-            raise KamalError(f"teacher {teacher.name}'s folder is gone: {folder}")
-        # rewritten after this command checked them (probe/teacher_weights.py), or a command that does not check
-        if weights_fingerprint(folder) != teacher.fingerprint:
+        owner = f"teacher {teacher.name}"
+        folder = model_folder(teacher.path, owner)
+        # rewritten after this command checked them, or a command that does not check: sizes and times first,
+        # the hash only when they differ
+        now = on_disk(teacher)
+        if now is not None and now.fingerprint != teacher.fingerprint:
             raise KamalError(
                 f"teacher {teacher.name}'s weights at {folder} changed on disk; `kamal probe --teacher "
                 f"{teacher.name}` records its new weights and probes it again"
             )
         texts, labels = load_dataset_rows(dataset)
-        model = load_classifier(folder)
+        model = load_classifier(folder, owner=owner)
         if model.config.num_labels != len(teacher.labels):
             raise KamalError(f"teacher {teacher.name} now has {model.config.num_labels} classes, not {len(teacher.labels)}")
         check_dropout(model, settings, teacher.name)
-        encoded = encode(load_tokenizer(folder), texts, settings.max_length, config=model.config)
+        encoded = encode(load_tokenizer(folder, owner), texts, settings.max_length, config=model.config)
         return folder, texts, labels, model, encoded
 
     def _passes(self, teacher, dataset, settings: ProbeSettings, folder: Path, model, encoded, total: int,

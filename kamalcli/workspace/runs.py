@@ -19,16 +19,9 @@ class RunRecord:
     result: dict = field(default_factory=dict)
 
 
-# what a run of each kind makes, claimed for the run's length: a second run making the same is refused
-OUTPUT_OF_RUN = {"amalgamate": "student", "extend": "student", "train-teacher": "teacher", "synthesize": "dataset",
-                 "export": "export of student"}
-
-
 @contextlib.contextmanager
 def recorded_run(store, kind: str, name: str | None, params: dict, workdir: str | None = None) -> Iterator[RunRecord]:
     """Whatever happens inside, the run row ends in a final state (a crash leaves a record)."""
-    if name is not None and kind in OUTPUT_OF_RUN:
-        store.claim(OUTPUT_OF_RUN[kind], name, exclusive=True)
     record = RunRecord(store.start_run(kind, name, params, workdir))
     received: list = []
     try:
