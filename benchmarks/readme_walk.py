@@ -4,10 +4,10 @@ Teachers are trained in one workspace on disjoint halves of debian-topics' train
 tokens, 2 epochs), then added to a fresh workspace as folders: kamal never sees their training rows. The
 unlabelled pool is the dev split (rows no teacher trained on), the test rows come from the test split.
 Then the README's commands in order, with nothing but the base and lengths set in kamal.toml:
-probe, report, amalgamate --method muki-hard (kamal's default) and, beside it, vanilla-kd; eval of both
-and of the teachers' ensemble.
+probe, report, amalgamate --method muki-hard (kamal's default) and, beside it, vanilla-kd (and with
+--ablation the same selection with MUKI's hard target, commit=1); eval of each and of the teachers' ensemble.
 
-    python benchmarks/readme_walk.py [--synthesize N] [--seed S]
+    python benchmarks/readme_walk.py [--synthesize N] [--seed S] [--ablation]
 
 Prints a markdown table; the workspaces stay under benchmarks/work/ (rerun: cached steps are skipped).
 """
@@ -25,6 +25,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import DEFAULT_DATA, HALF_A, HALF_B, WORK, Workspace, load_split, sample  # noqa: E402
 
 BASE, LENGTH = "minilm-l3", 64
+STUDENTS = (("default", "muki-hard", ()),  # kamal's default: commit=auto
+            ("vanilla", "vanilla-kd", ()))
+ABLATION = (("muki-hard-commit1", "muki-hard", ("commit=1",)),)  # the same selection, MUKI's hard target
 
 
 def fresh(root: Path) -> Workspace:
@@ -61,7 +64,7 @@ def teachers(seed: int) -> dict[str, str]:
     return {t["name"]: t["path"] for t in source.json("teachers")}
 
 
-def walk(seed: int, synthesize: int, tag: str = "") -> dict:
+def walk(seed: int, synthesize: int, tag: str = "", ablation: bool = False) -> dict:
     folders = teachers(seed)
     ws = fresh(WORK / f"walk-{seed}-synth{synthesize}{tag}")
     for name, folder in folders.items():
@@ -83,10 +86,11 @@ def walk(seed: int, synthesize: int, tag: str = "") -> dict:
     timings["probe"] = time.perf_counter() - started
     report = ws("report")
     rows = {}
-    for name, method in (("default", "muki-hard"), ("vanilla", "vanilla-kd")):
+    for name, method, options in STUDENTS + (ABLATION if ablation else ()):
         if not ws.has_student(name):
             started = time.perf_counter()
-            ws("amalgamate", "--method", method, "--name", name, "--seed", seed, quiet=True)
+            ws("amalgamate", "--method", method, *(a for o in options for a in ("--option", o)), "--name", name,
+               "--seed", seed, quiet=True)
             timings[name] = time.perf_counter() - started
         rows[name] = ws.json("eval", name, "--data", "test")
     rows["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
@@ -103,8 +107,9 @@ def main() -> None:
     parser.add_argument("--synthesize", type=int, default=0, metavar="N",
                         help="run `kamal synthesize --per-class N` first (the README's 'No text?' step)")
     parser.add_argument("--tag", default="", help="a suffix for the walk's workspace (to compare two versions)")
+    parser.add_argument("--ablation", action="store_true", help="also train muki-hard with commit=1 (MUKI's target)")
     args = parser.parse_args()
-    result = walk(args.seed, args.synthesize, args.tag)
+    result = walk(args.seed, args.synthesize, args.tag, args.ablation)
     print(f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |")
     print("|---|---|---|")
     for name, m in result["rows"].items():

@@ -64,6 +64,30 @@ def test_labelled_rows_decide_before_generated_ones_and_at_chance_there_is_refus
     assert decide([figure("entropy", 0.9, 100), figure("rmd", 0.9, 100)], (3, 3)).score == "rmd"
 
 
+def test_the_target_commits_only_where_the_selection_clearly_beats_vanilla_kds_own_pick():
+    from kamalcli.probe.auto_score import commitment
+
+    picked = figure("mc-dropout", 0.768, 600, chance=0.637)  # Wilson interval 73.3-80.0%
+    better = commitment("mc-dropout", picked, figure("energy", 0.70, 600, chance=0.637))
+    assert (better.commit, better.baseline) == (1.0, 0.70)
+    assert better.line == ("commit=auto: each row learns from its picked teacher alone (MUKI's target): mc-dropout "
+                           "picks the right teacher clearly better than vanilla-kd's own pick (energy, 70.0%): "
+                           "76.8% of 600 labelled rows of test (95% interval 73.3-80.0%; chance 63.7%).")
+    # the walk of docs/benchmarks.md: MC dropout no better than the pick the concatenated logits make
+    same = commitment("mc-dropout", picked, figure("energy", 0.767, 600))
+    assert (same.commit, same.baseline) == (0.0, 0.767)
+    assert same.line.startswith("commit=auto: each row learns vanilla-kd's target (the concatenated logits), because "
+                                "mc-dropout does not pick the right teacher clearly better than vanilla-kd's own "
+                                "pick (energy, 76.7%)")
+    # the interval decides, not the point estimate: 73.4% is above 73.3% but inside the interval
+    assert commitment("mc-dropout", picked, figure("energy", 0.734, 600)).commit == 0.0
+    assert commitment("mc-dropout", picked, figure("energy", 0.732, 600)).commit == 1.0
+    # energy not measured on those rows: chance is the baseline
+    assert commitment("mc-dropout", picked, None).baseline == 0.637
+    unmeasured = commitment("rmd", None, None)
+    assert unmeasured.commit is None and "rmd's selection is not measured" in unmeasured.line
+
+
 def test_chance_is_the_share_the_best_constant_selector_gets():
     from kamalcli.probe.auto_score import chance
 
@@ -104,7 +128,8 @@ def test_report_and_amalgamate_name_the_same_score_for_the_same_reason(added, as
     [student] = added.json("students")
     assert student["options"]["score"] == "auto"  # what was asked stays recorded; what it became, beside it
     assert student["train"]["objective"]["score"] == decision["score"]
-    assert student["train"]["objective"]["auto"] == {k: v for k, v in decision.items() if k != "teachers"}
+    assert student["train"]["objective"]["auto"] == {k: v for k, v in decision.items()
+                                                     if k not in ("teachers", "commit")}
 
 
 def test_at_chance_nothing_is_recommended_and_each_figure_carries_its_rows(added, tmp_path):
@@ -182,3 +207,37 @@ def test_a_narrow_terminal_still_shows_the_tables_rows(monkeypatch, capsys):
     table("Probed", ["teacher", "data", "rows", "seconds", "rate"], [("news", "pool", 240, 0.5, "480.0 ex/s")])
     out = capsys.readouterr().out
     assert "news" in out and "480.0 ex/s" in out
+
+
+
+def test_the_default_commits_to_the_picked_teacher_only_where_it_beats_vanilla_kds_own_pick(added, assets):
+    added("add-data", assets["test"], "--name", "test", "--role", "eval")
+    added("probe", *PROBE)
+    [decision] = added.json("report")["auto"]
+    figure = decision["figure"]
+    # vanilla-kd's target weighs each teacher by exp(log-sum-exp of its logits): it picks as energy does
+    energy = next(s for s in added.json("report")["selection"] if s["data"] == "test" and s["score"] == "energy")
+    commit = 1.0 if figure["interval"][0] > energy["accuracy"] else 0.0
+    assert f"muki-hard, {decision['commit']['line']}" in added("report").stdout  # the report says it first
+    assert decision["commit"]["commit"] == commit
+    result = added("amalgamate", "--method", "muki-hard", "--name", "v1", *added.train)
+    assert decision["commit"]["line"] in result.stderr.splitlines()
+    said = {1.0: f"each row learns from its picked teacher alone (MUKI's target): {decision['score']} picks",
+            0.0: f"each row learns vanilla-kd's target (the concatenated logits), because {decision['score']} does "
+                 "not pick"}[commit]
+    assert (f"commit=auto: {said} the right teacher clearly better than vanilla-kd's own pick (energy, "
+            f"{100 * energy['accuracy']:.1f}%): {100 * figure['accuracy']:.1f}% of 80 labelled rows of test"
+            ) in result.stderr
+    [student] = added.json("students")
+    assert student["options"]["commit"] == "auto"  # what was asked stays recorded; what it became, beside it
+    assert student["train"]["objective"]["commit"] == commit
+    run = next(r for r in added.json("runs") if r["name"] == "v1")
+    assert run["params"]["gate"]["baseline"] == energy["accuracy"]  # a resumed run reuses it
+
+
+def test_without_a_measured_selection_the_default_keeps_mukis_target_and_says_so(added):
+    result = added("amalgamate", "--method", "muki-hard", "--name", "v1", *added.train)
+    assert ("commit=auto: mc-dropout's selection is not measured for these teachers, so each row learns from its "
+            "picked teacher alone" in result.stderr)
+    [student] = added.json("students")
+    assert student["train"]["objective"]["commit"] == 1.0

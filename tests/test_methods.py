@@ -117,6 +117,23 @@ def test_kl_direction_handles_hard_targets_and_temperature():
     assert torch.isfinite(kl_to_target(logits, torch.tensor([[0.5, 0.5, 0.0]]))).all()
 
 
+def test_commit_mixes_mukis_hard_target_and_weight_with_vanilla_kds():
+    out = outputs()
+    m = get_method("muki-hard")
+    half = m.build(out, m.parse(["score=mc-dropout", "commit=0.5"]))
+    # row 0: teacher a picked (0.9 > 0.2); a's softmax [2, 0] and softmax([2, 0, 0, 3]) over the union, halved
+    assert np.allclose(half.arrays["target"][0], [0.56574, 0.07657, 0.01696, 0.34073], atol=1e-5)
+    assert np.allclose(half.weights, [0.85, 0.7, 0.5])  # 0.5 * margin [0.7, 0.4, 0] + 0.5
+    assert half.info["commit"] == 0.5
+    vanilla = get_method("vanilla-kd")
+    nothing = m.build(out, m.parse(["score=mc-dropout", "commit=0"]))
+    assert np.allclose(nothing.arrays["target"], vanilla.build(out, vanilla.parse([])).arrays["target"], atol=1e-6)
+    assert np.allclose(nothing.weights, 1)
+    full = m.build(out, m.parse(["score=mc-dropout", "commit=1"]))
+    assert np.allclose(full.arrays["target"], m.build(out, m.parse(["paper=true"])).arrays["target"])
+    assert m.build(out, m.parse(["score=mc-dropout"])).info["commit"] == 1.0  # auto, nothing measured: MUKI's
+
+
 def test_margin():
     assert np.allclose(margin(np.array([[0.1, 0.9, 0.5], [0.4, 0.4, 0.0]])), [0.4, 0.0])
 
@@ -129,10 +146,21 @@ def test_margin():
     (["tau=0"], "tau must be above 0"),
     (["score=magic"], "must be one of auto, mc-dropout, entropy, max-prob, energy, rmd"),
     (["paper=true", "score=rmd"], "paper=true selects by MC dropout"),
+    (["commit=0.5"], "has no option 'commit'"),  # muki-soft weighs the teachers already
 ])
 def test_option_errors(pairs, message):
     with pytest.raises(KamalError, match=message):
         get_method("muki-soft").parse(pairs)
+
+
+@pytest.mark.parametrize("pairs, message", [
+    (["commit=1.5"], "commit must be between 0 and 1"),
+    (["commit=most"], "commit must be a number or auto"),
+    (["paper=true", "commit=0.5"], "paper=true is MUKI's hard target"),
+])
+def test_commit_errors(pairs, message):
+    with pytest.raises(KamalError, match=message):
+        get_method("muki-hard").parse(pairs)
 
 
 def test_registry_lists_every_method_with_defaults():

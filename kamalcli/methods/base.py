@@ -110,6 +110,16 @@ def _coerce(raw: str, hint, what: str):
         if raw.lower() in ("none", "null", ""):
             return None
         hint = next(a for a in args if a is not type(None))
+    literal = next((a for a in args if typing.get_origin(a) is typing.Literal), None)
+    if literal is not None and len(args) == 2 and not optional:  # a number or a word: tau=0.3 or tau=auto
+        if raw in typing.get_args(literal):
+            return raw
+        number = next(a for a in args if a is not literal)
+        try:
+            return number(raw)
+        except ValueError:
+            words = " or ".join(map(str, typing.get_args(literal)))
+            raise KamalError(f"{what} must be a number or {words} (got {raw!r})") from None
     if typing.get_origin(hint) is typing.Literal:
         choices = typing.get_args(hint)
         if raw not in choices:

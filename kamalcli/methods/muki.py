@@ -3,7 +3,12 @@ weighted by softmax(certainty / tau) (soft), re-weighted by the certainty margin
 
 Sentence level: confidence c_i = 1 - H(pbar_i)/log|Y_i| from MC dropout picks
 (hard) or weights (soft) the teachers. That is `paper=true`; kamal's default
-picks the score per workspace without labels (score=auto).
+picks the score per workspace without labels (score=auto) and commits to the
+picked teacher only where that score's measured selection is clearly better
+than the pick vanilla-kd's target already makes; otherwise the target is
+vanilla-kd's (commit=auto, hard only). commit=a in [0, 1] mixes the two targets
+and weights by hand: t = a Pad(p_i*) + (1 - a) softmax(concat_i z_i),
+w = a m + (1 - a).
 
 Token level (named entities): a teacher's confidence on a word is computed from
 its distribution over its own entity tags only (O removed, renormalised),
@@ -43,7 +48,7 @@ def margin(confidence: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class MukiHardOptions(Options):
+class MukiOptions(Options):
     paper: bool = False           # True: the MUKI paper's configuration (MC dropout selects the teacher)
     mc: bool = True               # False: plain entropy instead of MC dropout (the paper's ablation)
     reweight: bool = True         # instance re-weighting by the confidence margin
@@ -68,7 +73,23 @@ class MukiHardOptions(Options):
 
 
 @dataclass(frozen=True)
-class MukiSoftOptions(MukiHardOptions):
+class MukiHardOptions(MukiOptions):
+    commit: float | Literal["auto"] = "auto"  # 1: MUKI's hard target, 0: vanilla-kd's; auto: 1 or 0, measured
+
+    def check(self) -> None:
+        super().check()
+        require(self.commit == "auto" or 0 <= self.commit <= 1, "commit must be between 0 and 1 (or auto)")
+        require(not self.paper or self.commit == "auto", "paper=true is MUKI's hard target: drop commit=")
+
+    @property
+    def committed(self) -> float:
+        """How far the hard target commits to the picked teacher: 1 unless a measured skill set it (training_options
+        turns commit=auto into a number before training; without a measurement, or with paper=true, it stays 1)."""
+        return 1.0 if self.paper or self.commit == "auto" else float(self.commit)
+
+
+@dataclass(frozen=True)
+class MukiSoftOptions(MukiOptions):
     tau: float = 0.2              # smoothness of the teacher weights softmax(c / tau)
 
     def check(self) -> None:
@@ -78,7 +99,7 @@ class MukiSoftOptions(MukiHardOptions):
 
 # -- sentence level ------------------------------------------------------------
 
-def _muki_common(outputs: TeacherOutputs, options: MukiHardOptions):
+def _muki_common(outputs: TeacherOutputs, options: MukiOptions):
     score, info = options.confidence_score, {}
     if score == "auto":  # kamal amalgamate decides it before training (kamalcli/probe/auto_score.py); else no figures
         from kamalcli.probe.auto_score import decide
@@ -106,6 +127,14 @@ def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Object
     confidence, padded, weights, info = _muki_common(outputs, options)
     chosen = confidence.argmax(axis=1)
     target = hard_target(padded, confidence)
+    commit = options.committed
+    if commit < 1:
+        from kamalcli.methods.vanilla_kd import union_logits
+
+        concatenated = softmax(union_logits(outputs, options.temperature), axis=1)
+        target = commit * target + (1 - commit) * concatenated
+        weights = None if weights is None else commit * weights + (1 - commit)
+    info["commit"] = commit
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     info["chosen_share"] = dict(zip(outputs.teachers, share.round(4).tolist()))
     if weights is not None:
@@ -132,6 +161,8 @@ def _selection_score(options) -> bool:
     score = options.confidence_score
     if getattr(options, "calibrate", "none") != "none":
         raise KamalError("calibrate= is not supported at token level (drop it)")
+    if getattr(options, "commit", "auto") not in ("auto", 1):
+        raise KamalError("commit= is not supported at token level (drop it)")
     if score in ("auto", "mc-dropout"):
         return True
     if score == "entropy":

@@ -66,7 +66,11 @@ class Figure:
     @property
     def clear(self) -> bool:
         """Clearly above chance: the interval's lower bound lies above it."""
-        return self.interval[0] > self.chance
+        return self.above(self.chance)
+
+    def above(self, baseline: float) -> bool:
+        """Clearly above a baseline accuracy: the interval's lower bound lies above it."""
+        return self.interval[0] > baseline
 
     def words(self) -> str:
         low, high = self.interval
@@ -108,10 +112,7 @@ def fallback(label_counts: tuple[int, ...] = (), available=USABLE) -> tuple[str,
 def decide(figures, label_counts: tuple[int, ...] = (), available=USABLE) -> AutoDecision:
     """The rule above, on figures already gathered (measured_figures); available: the scores the student can
     compute (its options, an installed encoder)."""
-    evidence: dict[str, Figure] = {}  # score -> the figure it is judged by
-    for f in figures:
-        if f.score in available and (f.score not in evidence or _weight(f) > _weight(evidence[f.score])):
-            evidence[f.score] = f
+    evidence = _evidence(figures, available)
     counted = [f for f in evidence.values() if f.clear]
     if counted:
         best = max(counted, key=lambda f: (not f.generated, f.accuracy, -PREFERENCE.index(f.score)))
@@ -124,6 +125,64 @@ def decide(figures, label_counts: tuple[int, ...] = (), available=USABLE) -> Aut
     top = max(evidence.values(), key=lambda f: (not f.generated, f.accuracy))
     return AutoDecision(score, f"no score picks the right teacher clearly above chance (best: {top.score}, "
                                f"{top.words()}), so {score}, {why}.", None)
+
+
+def _evidence(figures, available=USABLE) -> dict[str, Figure]:
+    """score -> the one figure it is judged by (real labelled rows before generated ones, then the most rows)."""
+    evidence: dict[str, Figure] = {}
+    for f in figures:
+        if f.score in available and (f.score not in evidence or _weight(f) > _weight(evidence[f.score])):
+            evidence[f.score] = f
+    return evidence
+
+
+def score_figure(store, teachers, plan, score: str) -> Figure | None:
+    """The figure one score is judged by, clearly above chance or not; None: its selection was never measured for
+    these teachers."""
+    return _evidence(measured_figures(store, teachers, plan), (score,)).get(score)
+
+
+def concatenation_figure(store, teachers, plan, figure: Figure) -> Figure | None:
+    """The selection vanilla-kd's target makes on the same rows as `figure`: softmax over the concatenated logits
+    weighs each teacher by exp(log-sum-exp of its logits), so its top teacher is energy's pick."""
+    return next((f for f in measured_figures(store, teachers, plan)
+                 if f.score == "energy" and f.data == figure.data), None)
+
+
+@dataclass(frozen=True)
+class Commitment:
+    """muki-hard commit=auto: whether each row's target commits to its picked teacher (1) or is vanilla-kd's (0),
+    and why."""
+
+    commit: float | None      # None: nothing measured, MUKI's target
+    baseline: float | None    # the selection it had to beat
+    figure: Figure | None
+    line: str
+
+    def as_json(self) -> dict:
+        return {"commit": self.commit, "baseline": self.baseline, "line": self.line,
+                "figure": self.figure.as_json() if self.figure else None}
+
+
+def commitment(score: str, figure: Figure | None, concatenated: Figure | None) -> Commitment:
+    """Commit to the score's pick only where its measured selection is clearly better (the 95% interval's lower
+    bound above) than the pick vanilla-kd's target already makes on the same rows (concatenated: energy's figure
+    there; chance when it is not measured); otherwise the target is vanilla-kd's. No figure: commit fully."""
+    if figure is None:
+        return Commitment(None, None, None, f"commit=auto: {score}'s selection is not measured for these teachers, "
+                                            "so each row learns from its picked teacher alone (MUKI's target; "
+                                            "`kamal probe` on labelled data measures it).")
+    if concatenated is not None:
+        baseline, against = concatenated.accuracy, f"vanilla-kd's own pick (energy, {_pct(concatenated.accuracy)})"
+    else:
+        baseline, against = figure.chance, f"chance ({_pct(figure.chance)})"
+    if figure.above(baseline):
+        line = (f"commit=auto: each row learns from its picked teacher alone (MUKI's target): {score} picks the "
+                f"right teacher clearly better than {against}: {figure.words()}.")
+        return Commitment(1.0, baseline, figure, line)
+    line = (f"commit=auto: each row learns vanilla-kd's target (the concatenated logits), because {score} does not "
+            f"pick the right teacher clearly better than {against}: {figure.words()}.")
+    return Commitment(0.0, baseline, figure, line)
 
 
 def _weight(f: Figure) -> tuple[bool, int]:
@@ -180,9 +239,18 @@ def decide_auto(store, teachers, plan, available=USABLE) -> AutoDecision:
     return decide(measured_figures(store, teachers, plan), tuple(len(t.labels) for t in teachers), available)
 
 
+def decide_commitment(store, teachers, plan, score: str) -> Commitment:
+    """muki-hard commit=auto for these teachers selecting with `score`: what kamal amalgamate trains with and
+    kamal report names."""
+    figure = score_figure(store, teachers, plan, score)
+    concatenated = concatenation_figure(store, teachers, plan, figure) if figure is not None else None
+    return commitment(score, figure, concatenated)
+
+
 def workspace_decisions(store) -> list[dict]:
-    """score=auto for every set of two or more registered sentence teachers with stored selection figures, as
-    kamal amalgamate decides it without --rmd-fit: what kamal report names."""
+    """score=auto for every set of two or more registered sentence teachers with stored selection figures, and
+    muki-hard's commit=auto with that score, as kamal amalgamate decides them without --rmd-fit: what kamal report
+    names."""
     from kamalcli.probe.fit_plan import rmd_fit_plan
 
     teachers = {t.name: t for t in store.teachers()}
@@ -195,5 +263,8 @@ def workspace_decisions(store) -> list[dict]:
     out = []
     for names in sets:
         group = [teachers[n] for n in names]
-        out.append({"teachers": list(names), **decide_auto(store, group, rmd_fit_plan(store, group)).as_json()})
+        plan = rmd_fit_plan(store, group)
+        decision = decide_auto(store, group, plan)
+        out.append({"teachers": list(names), **decision.as_json(),
+                    "commit": decide_commitment(store, group, plan, decision.score).as_json()})
     return out

@@ -106,7 +106,9 @@ def selection_section(report: Report) -> str:
     for decision in report.auto:  # the one recommendation: only from a figure clearly above chance
         hint = (f" MUKI methods select with it by default; <code>--option score={escape(decision['score'])}</code> "
                 "names it." if decision["figure"] else "")
-        out.append(f'<p class="note">{escape(", ".join(decision["teachers"]))}: {escape(decision["line"])}{hint}</p>')
+        commit = f" muki-hard, {escape(decision['commit']['line'])}" if decision.get("commit") else ""
+        out.append(f'<p class="note">{escape(", ".join(decision["teachers"]))}: {escape(decision["line"])}{hint}'
+                   f'{commit}</p>')
     return "".join(out)
 
 

@@ -72,14 +72,29 @@ def _score_and_fit(store, request, options, teachers) -> tuple[AmalgamateRequest
         request = replace(request, auto=decision.as_json())
         notes.append(decision.line)
     score = training_options(options, request).confidence_score
+    plan = rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=score in PROTOTYPE_SCORES)
+    if _commits_by_skill(options) and request.gate is None:
+        request = replace(request, gate=_gate(store, teachers, plan, score, notes))
     if score not in FITTED:
         return request, notes
-    plan = rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=score in PROTOTYPE_SCORES)
     if score in PROTOTYPE_SCORES and plan.dataset is None:
         raise KamalError(f"score={score} needs labelled text for every label of these teachers: --rmd-fit NAME, "
                          "or text from `kamal synthesize`")
     notes.append(plan.line)
     return (replace(request, rmd_fit=plan.dataset.name) if plan.dataset is not None else request), notes
+
+
+def _commits_by_skill(options) -> bool:
+    return getattr(options, "commit", None) == "auto" and not options.paper
+
+
+def _gate(store, teachers, plan, score: str, notes: list[str]) -> dict:
+    """muki-hard commit=auto (kamalcli/probe/auto_score.py decide_commitment)."""
+    from kamalcli.probe.auto_score import decide_commitment
+
+    decision = decide_commitment(store, teachers, plan, score)
+    notes.append(decision.line)
+    return decision.as_json()
 
 
 def _decide_auto(store, teachers, fit_plan, options, notes: list[str]):

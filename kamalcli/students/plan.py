@@ -28,6 +28,7 @@ class AmalgamateRequest:
     device: str = WORKSPACE.device
     reprobe: bool = False              # probe again with these settings even if other cached probes exist
     auto: dict | None = None           # score=auto as decided before any work (kamalcli/probe/auto_score.py)
+    gate: dict | None = None           # muki-hard commit=auto: the measured selection it commits by
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -153,10 +154,13 @@ def reads_confidences(method, options) -> bool:
 
 
 def training_options(options, request: AmalgamateRequest):
-    """The options a student trains with: score=auto replaced by the score decided for it (request.auto), the
-    same on every process and in a resumed run; the student's record keeps score=auto."""
+    """The options a student trains with: score=auto replaced by the score decided for it (request.auto) and
+    muki-hard's commit=auto by the skill of that score's measured selection (request.gate), the same on every
+    process and in a resumed run; the student's record keeps score=auto and commit=auto."""
     if request.auto and getattr(options, "confidence_score", None) == "auto":
-        return replace(options, score=request.auto["score"])
+        options = replace(options, score=request.auto["score"])
+    if request.gate and request.gate.get("commit") is not None and getattr(options, "commit", None) == "auto":
+        options = replace(options, commit=request.gate["commit"])
     return options
 
 
