@@ -5,7 +5,8 @@ tokens, 2 epochs), then added to a fresh workspace as folders: kamal never sees 
 unlabelled pool is the dev split (rows no teacher trained on), the test rows come from the test split.
 Then the README's commands in order, with nothing but the base and lengths set in kamal.toml:
 probe, report, amalgamate --method muki-hard (kamal's default) and, beside it, vanilla-kd (and with
---ablation the same selection with MUKI's hard target, commit=1); eval of each and of the teachers' ensemble.
+--ablation the same selection with MUKI's hard target, commit=1); eval of each, of the teachers' ensemble and
+of their encoders merged in weight space (kamal eval --baseline merge:METHOD).
 
     python benchmarks/readme_walk.py [--synthesize N] [--seed S] [--ablation]
 
@@ -27,6 +28,7 @@ from common import DEFAULT_DATA, HALF_A, HALF_B, WORK, Workspace, load_split, sa
 BASE, LENGTH = "minilm-l3", 64
 STUDENTS = (("default", "muki-hard", ()),  # kamal's default: commit=auto
             ("vanilla", "vanilla-kd", ()))
+MERGES = ("task-arithmetic", "ties", "average")
 ABLATION = (("muki-hard-commit1", "muki-hard", ("commit=1",)),)  # the same selection, MUKI's hard target
 
 
@@ -94,6 +96,8 @@ def walk(seed: int, synthesize: int, tag: str = "", ablation: bool = False) -> d
             timings[name] = time.perf_counter() - started
         rows[name] = ws.json("eval", name, "--data", "test")
     rows["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
+    for merge in MERGES:  # the zero-training peer: the teachers' encoders merged from their base (minilm-l3)
+        rows[f"merge:{merge}"] = ws.json("eval", "--baseline", f"merge:{merge}", "--data", "test")
     for name in folders:
         rows[f"teacher {name}"] = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
     student = next(s for s in ws.json("students") if s["name"] == "default")

@@ -164,7 +164,7 @@ def test_commit_errors(pairs, message):
 
 
 def test_registry_lists_every_method_with_defaults():
-    assert {"muki-hard", "muki-soft", "vanilla-kd", "uhc", "ensemble", "teacher"} <= set(REGISTRY)
+    assert {"muki-hard", "muki-soft", "vanilla-kd", "uhc", "ensemble", "teacher", "merge"} <= set(REGISTRY)
     assert get_method("muki-soft").defaults()["tau"] == 0.2
     assert not get_method("ensemble").trains
     with pytest.raises(KamalError, match="unknown method 'dfb'"):

@@ -163,22 +163,30 @@ def students(app: App, as_json: bool) -> None:
 @click.command("eval")
 @click.argument("student_name", required=False)
 @click.option("--data", "data_name", required=True, metavar="NAME", help="A labelled dataset.")
-@click.option("--baseline", help="Instead of a student: ensemble, or teacher:NAME (no training).")
+@click.option("--baseline", help="Instead of a student (no training): ensemble, teacher:NAME, or merge[:METHOD] "
+                                 "(the teachers' encoders merged from their base: task-arithmetic, the default, "
+                                 "ties or average; each teacher's head on the merged encoder).")
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME",
-              help="With --baseline ensemble: only these teachers (default: every teacher of the data's task).")
+              help="With --baseline ensemble or merge: only these teachers (default: every teacher of the data's "
+                   "task).")
+@click.option("--base", metavar="NAME|FOLDER",
+              help="With --baseline merge: the pretrained base the teachers were fine-tuned from (default: the one "
+                   "their kamal.json records).")
 @click.option("--device", help="cpu, cuda or auto.")
 @json_option
 @pass_app
-def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, device, as_json) -> None:
+def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, base, device, as_json) -> None:
     """Accuracy, macro-F1, per-class F1 and the confusion matrix of a student (or baseline)."""
-    from kamalcli.students.evaluate import baseline_name, evaluate_baseline, evaluate_student
+    from kamalcli.students.evaluate import baseline_name, canonical_baseline, evaluate_baseline, evaluate_student
 
     if student_name is None and baseline is None:
-        raise KamalError("say what to evaluate: a STUDENT, or --baseline ensemble or teacher:NAME")
+        raise KamalError("say what to evaluate: a STUDENT, or --baseline ensemble, teacher:NAME or merge")
     if student_name is not None and baseline is not None:
-        raise KamalError("give a STUDENT or --baseline (ensemble, teacher:NAME), not both")
+        raise KamalError("give a STUDENT or --baseline (ensemble, teacher:NAME, merge), not both")
     if teacher_names and baseline is None:
         raise KamalError("--teacher picks the members of --baseline ensemble; a student has its own teachers")
+    if base and baseline is None:
+        raise KamalError("--base names the pretrained base of --baseline merge; a student has its own")
     device = app.device(device)
     with app.writer() as store:
         dataset = store.dataset(data_name)
@@ -186,8 +194,8 @@ def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, device,
         if baseline:
             metrics = evaluate_baseline(app.workspace, store, baseline, dataset, device=device,
                                         max_length=app.workspace.setting("probe", "max_length"),
-                                        teacher_names=teacher_names)
-            subject = f"baseline {baseline_name(baseline, teacher_names)}"
+                                        teacher_names=teacher_names, base=base, say=note)
+            subject = f"baseline {baseline_name(canonical_baseline(baseline), teacher_names)}"
         else:
             student = store.student(student_name)
             metrics = evaluate_student(store, student, dataset, device=device)

@@ -97,5 +97,9 @@ register(Method("ensemble", "baseline, no training: argmax over all teachers' co
                 NoOptions, None))
 register(Method("teacher", "baseline, no training: one teacher alone, other labels at zero (kamal eval --baseline teacher:NAME)",
                 NoOptions, None))
+register(Method("merge", "baseline, no training: the teachers' encoders merged in weight space from their pretrained base "
+                         "(task-arithmetic, ties or average), each teacher's head on it, logits concatenated "
+                         "(kamal eval --baseline merge[:METHOD] --base NAME)",
+                NoOptions, None, paper="Ilharco et al., ICLR 2023; Yadav et al., NeurIPS 2023"))
 
 __all__ = ["REGISTRY", "FeatureContext", "Method", "Objective", "Options", "TeacherOutputs", "get_method", "register"]

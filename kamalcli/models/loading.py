@@ -78,6 +78,17 @@ def load_classifier(folder: str | Path, *, attn: str | None = None, owner: str |
     return model
 
 
+def load_encoder(folder: str | Path) -> nn.Module:
+    """A pretrained encoder without a head (AutoModel), in eval mode."""
+    from transformers import AutoModel
+
+    folder = model_folder(folder)
+    model = _loaded(lambda: AutoModel.from_pretrained(str(folder), trust_remote_code=False),
+                    folder, f"cannot load an encoder from {folder}")
+    model.eval()
+    return model
+
+
 def load_causal_lm(folder: str | Path) -> nn.Module:
     """A text generator (float32, eval mode)."""
     from transformers import AutoModelForCausalLM

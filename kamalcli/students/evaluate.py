@@ -42,16 +42,20 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
 
 
 def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto", max_length: int = 128,
-                      teacher_names: tuple[str, ...] = ()) -> dict:
-    """'ensemble' (argmax of concatenated logits; of teacher_names only when given) or 'teacher:NAME'
-    (one teacher, other labels at zero)."""
+                      teacher_names: tuple[str, ...] = (), base: str | None = None, say=print) -> dict:
+    """'ensemble' (argmax of concatenated logits; of teacher_names only when given), 'teacher:NAME' (one teacher,
+    other labels at zero) or 'merge[:METHOD]' (the teachers' encoders merged in weight space from their base,
+    each teacher's head on it, logits concatenated as the ensemble's)."""
     from kamalcli.methods.vanilla_kd import union_logits
     from kamalcli.probe.outputs import teacher_outputs
     from kamalcli.probe.runner import Runner
 
-    if baseline != "ensemble" and not baseline.startswith("teacher:"):
-        raise KamalError(f"unknown baseline {baseline!r}: ensemble or teacher:NAME")
+    baseline = canonical_baseline(baseline)
+    if base is not None and not baseline.startswith("merge:"):
+        raise KamalError("--base names the pretrained base of --baseline merge; drop it")
     if dataset.task == "token":
+        if baseline.startswith("merge:"):
+            raise KamalError("merge baselines are for text classifiers; token teachers are not merged")
         return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length,
                                        teacher_names=teacher_names)
     texts, gold = _labelled(dataset)
@@ -60,18 +64,47 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
         raise KamalError(f"teacher {teachers[0].name} tags tokens; measure it on token data with tags")
     all_teachers = store.teachers_of_task("sequence")
     space = store.label_space(all_teachers)
-    runner = Runner(workspace, store, device=device)
-    probes = [runner.logits_probe(t, dataset, max_length) for t in teachers]
-    outputs = teacher_outputs(store, teachers, probes)
+    if baseline.startswith("merge:"):
+        outputs, info = _merged_outputs(store, teachers, baseline, base, texts, max_length, device, say)
+    else:
+        runner = Runner(workspace, store, device=device)
+        outputs = teacher_outputs(store, teachers, [runner.logits_probe(t, dataset, max_length) for t in teachers])
+        info = None
     # Score over the whole union so every baseline is measured on the same labels.
     scores = np.full((len(texts), len(space)), -np.inf)
-    local = union_logits(outputs) if baseline == "ensemble" else np.log(np.maximum(outputs.padded(0), 1e-30))
+    local = np.log(np.maximum(outputs.padded(0), 1e-30)) if baseline.startswith("teacher:") else union_logits(outputs)
     for j, name in enumerate(outputs.space.names):
         scores[:, space.index(name)] = local[:, j]
     pred = scores.argmax(axis=1)
     metrics = classification_metrics(pred, label_indices(gold, space.names), list(space.names))
+    if info is not None:
+        metrics["merge"] = info
     store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
     return metrics
+
+
+def canonical_baseline(baseline: str) -> str:
+    """ensemble, teacher:NAME or merge:METHOD (merge alone: task arithmetic); anything else refused in one line."""
+    if baseline == "merge":
+        return "merge:task-arithmetic"
+    if baseline == "ensemble" or baseline.startswith(("teacher:", "merge:")):
+        return baseline
+    raise KamalError(f"unknown baseline {baseline!r}: ensemble, teacher:NAME or merge[:METHOD]")
+
+
+def _merged_outputs(store, teachers, baseline: str, base, texts, max_length, device, say):
+    from kamalcli.merge.merged import merged_logits
+    from kamalcli.probe.outputs import TeacherOutputs
+    from kamalcli.runtime import resolve_device
+
+    if len(teachers) < 2:
+        raise KamalError("a merge needs two or more teachers")
+    merged = merged_logits(teachers, base, baseline.split(":", 1)[1], texts, max_length,
+                           device=resolve_device(device))
+    for line in merged.warnings:
+        say(line)
+    outputs = TeacherOutputs(store.label_space(teachers), tuple(t.name for t in teachers), merged.logits, {})
+    return outputs, merged.info
 
 
 def baseline_teachers(store, baseline: str, task: str, teacher_names: tuple[str, ...] = ()) -> list:
@@ -79,7 +112,8 @@ def baseline_teachers(store, baseline: str, task: str, teacher_names: tuple[str,
     teacher of the task)."""
     if baseline.startswith("teacher:"):
         if teacher_names:
-            raise KamalError("--teacher picks the members of --baseline ensemble; teacher:NAME is one teacher already")
+            raise KamalError("--teacher picks the members of --baseline ensemble or merge; teacher:NAME is one "
+                             "teacher already")
         return [store.teacher(baseline.split(":", 1)[1])]
     if teacher_names:
         if len(set(teacher_names)) != len(teacher_names):

@@ -1,0 +1,148 @@
+"""Weight-space merging (kamal eval --baseline merge[:METHOD]): the merges on tiny tensors, then through the
+command on tiny teachers."""
+
+import shutil
+
+import pytest
+import torch
+
+import tiny
+
+
+def state(*values):
+    return {"w": torch.tensor(values, dtype=torch.float32)}
+
+
+# base 1; task vectors (1, -2, 0.5, 0, 3) and (-1, -1.5, 2, 0.1, 0)
+BASE = state(1, 1, 1, 1, 1)
+TAUS = [state(1, -2, 0.5, 0, 3), state(-1, -1.5, 2, 0.1, 0)]
+
+
+def test_task_vectors_are_the_fine_tuned_weights_less_the_base():
+    from kamalcli.merge.task_vectors import task_vectors
+
+    [tau] = task_vectors(BASE, [state(2, -1, 1.5, 1, 4)])
+    assert tau["w"].tolist() == [1, -2, 0.5, 0, 3]
+
+
+def test_average_and_task_arithmetic():
+    from kamalcli.merge.task_vectors import average, task_arithmetic
+
+    assert torch.allclose(average(BASE, TAUS)["w"], torch.tensor([1, -0.75, 2.25, 1.05, 2.5]))
+    assert torch.allclose(task_arithmetic(BASE, TAUS)["w"], torch.tensor([1, -2.5, 3.5, 1.1, 4]))
+    assert torch.allclose(task_arithmetic(BASE, TAUS, scale=0.5)["w"], torch.tensor([1, -0.75, 2.25, 1.05, 2.5]))
+
+
+def test_ties_trims_elects_a_sign_and_averages_the_agreeing_entries():
+    from kamalcli.merge.task_vectors import ties, trim
+
+    # density 0.4 keeps 2 of 5 entries: (0, -2, 0, 0, 3) and (0, -1.5, 2, 0, 0); elected signs (0, -, +, 0, +)
+    assert trim(TAUS[0]["w"], 0.4).tolist() == [0, -2, 0, 0, 3]
+    assert trim(TAUS[1]["w"], 0.4).tolist() == [0, -1.5, 2, 0, 0]
+    assert torch.allclose(ties(BASE, TAUS, density=0.4)["w"], torch.tensor([1, -0.75, 3, 1, 4]))
+    # an entry the teachers pull apart: the larger side wins and the other is left out, not averaged in
+    pulled = [state(4, 0, 0, 0, 0), state(-1, 0, 0, 0, 0)]
+    assert ties(state(0, 0, 0, 0, 0), pulled, density=0.2)["w"].tolist() == [4, 0, 0, 0, 0]
+    # the default keeps the paper's 20%: 2 of 10 entries
+    assert int((trim(torch.arange(1.0, 11.0), 0.2) != 0).sum()) == 2
+
+
+def head_on(encoder, folder, labels, seed):
+    """A classifier whose encoder is exactly `encoder`'s weights, with a random head over labels."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig.from_pretrained(str(encoder), num_labels=len(labels), id2label=dict(enumerate(labels)),
+                                        label2id={n: i for i, n in enumerate(labels)})
+    BertForSequenceClassification.from_pretrained(str(encoder), config=config).save_pretrained(str(folder))
+    tiny.make_tokenizer(folder)
+    return folder
+
+
+def test_teachers_at_their_base_merge_into_their_ensemble(kamal, assets, tmp_path):
+    """With every task vector 0, any merge is the base, each head sits on its own encoder: the ensemble."""
+    kamal("add-teacher", head_on(assets["encoder"], tmp_path / "a", ["world", "sports"], 1), "--name", "a")
+    kamal("add-teacher", head_on(assets["encoder"], tmp_path / "b", ["business", "scitech"], 2), "--name", "b")
+    kamal("add-data", assets["test"], "--name", "test", "--role", "eval")
+    ensemble = kamal.json("eval", "--baseline", "ensemble", "--data", "test")
+    for method in ("task-arithmetic", "ties", "average"):
+        merged = kamal.json("eval", "--baseline", f"merge:{method}", "--base", assets["encoder"], "--data", "test")
+        assert merged["confusion"] == ensemble["confusion"] and merged["accuracy"] == ensemble["accuracy"]
+        assert merged["merge"]["method"] == method and merged["merge"]["distance_from_base"] == {"a": 0.0, "b": 0.0}
+        assert merged["merge"]["kept_per_teacher"] == []
+
+
+def test_trained_teachers_merge_from_the_base_they_name(two_teachers, assets):
+    result = two_teachers("eval", "--baseline", "merge", "--base", assets["encoder"], "--data", "test")
+    assert result.stdout.startswith("baseline merge:task-arithmetic on test: accuracy ")
+    merged = two_teachers.json("eval", "--baseline", "merge:ties", "--base", assets["encoder"], "--data", "test")
+    assert merged["rows"] == 80 and set(merged["per_class"]) == {"world", "sports", "business", "scitech"}
+    distance = merged["merge"]["distance_from_base"]
+    assert set(distance) == {"news", "money"} and all(0 < d < 0.5 for d in distance.values())
+    # the teachers record their base as a local folder, which may have moved: kamal asks for it
+    refused = two_teachers("eval", "--baseline", "merge", "--data", "test", code=2)
+    assert "the teachers were fine-tuned from a local folder, encoder: name it with --base FOLDER" in refused.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--baseline", "merge:soup", "--base", "{encoder}"], "unknown merge 'soup': average, task-arithmetic, ties"),
+    (["--baseline", "ensemble", "--base", "{encoder}"], "--base names the pretrained base of --baseline merge"),
+    (["--baseline", "merge", "--base", "{small}"], "is not the base these teachers were fine-tuned from"),
+    (["--baseline", "merge", "--base", "{wide}"], "is not the base these teachers were fine-tuned from: "
+                                                  "embeddings.word_embeddings.weight is"),
+    (["--baseline", "merge", "--teacher", "news", "--base", "{encoder}"], "a merge needs two or more teachers"),
+    (["--baseline", "supervised"], "unknown baseline 'supervised': ensemble, teacher:NAME or merge[:METHOD]"),
+])
+def test_merge_refusals(two_teachers, assets, tmp_path, args, message):
+    from transformers import BertModel
+
+    small = tiny.make_encoder(tmp_path / "small", layers=1)
+    wide = tmp_path / "wide"
+    BertModel(tiny.tiny_config(2, 0.1, 2, hidden=48)).save_pretrained(str(wide))
+    tiny.make_tokenizer(wide)
+    paths = {"encoder": assets["encoder"], "small": small, "wide": wide}
+    result = two_teachers("eval", "--data", "test", *[a.format(**paths) for a in args], code=2)
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_teachers_of_two_architectures_are_not_merged(kamal, assets, tmp_path):
+    shutil.copytree(assets["teacher_a"], tmp_path / "a")
+    kamal("add-teacher", tmp_path / "a", "--name", "a")
+    kamal("add-teacher", tiny.make_classifier(tmp_path / "b", ["business", "scitech"], layers=1), "--name", "b")
+    kamal("add-data", assets["test"], "--name", "test", "--role", "eval")
+    result = kamal("eval", "--baseline", "merge", "--base", assets["encoder"], "--data", "test", code=2)
+    assert ("a merge needs teachers of one architecture fine-tuned from one base: a is BertModel (2 layers of 32, "
+            "vocabulary") in result.output
+
+
+def test_each_head_reads_the_merged_encoder(assets, tmp_path):
+    """Teacher a sits at the base, b's encoder is the base moved by 0.02 everywhere: the average puts both heads on
+    the base moved by 0.01, and the logits are what that model gives."""
+    from types import SimpleNamespace
+
+    from transformers import BertForSequenceClassification
+
+    from kamalcli.merge.merged import merged_logits
+    from kamalcli.models.batching import encode
+    from kamalcli.models.inference import predict_logits
+    from kamalcli.models.loading import load_tokenizer
+
+    def moved(folder, by):
+        model = BertForSequenceClassification.from_pretrained(str(folder))
+        with torch.no_grad():
+            for p in model.bert.parameters():
+                p.add_(by)
+        return model
+
+    a = head_on(assets["encoder"], tmp_path / "a", ["world", "sports"], 1)
+    b = head_on(assets["encoder"], tmp_path / "b", ["business", "scitech"], 2)
+    moved(b, 0.02).save_pretrained(str(b))
+    texts = ["the match ended in a draw", "shares fell after the report"]
+    teachers = [SimpleNamespace(name="a", path=str(a)), SimpleNamespace(name="b", path=str(b))]
+    merged = merged_logits(teachers, str(assets["encoder"]), "average", texts, 32)
+    for folder, logits in zip((a, b), merged.logits):
+        expected_model = moved(folder, 0.01 if folder == a else -0.01)
+        encoded = encode(load_tokenizer(folder), texts, 32, config=expected_model.config)
+        assert torch.allclose(torch.from_numpy(logits), torch.from_numpy(predict_logits(expected_model, encoded)),
+                              atol=1e-5)
+    assert merged.info["distance_from_base"]["a"] == 0.0 and merged.info["distance_from_base"]["b"] > 0
