@@ -146,3 +146,58 @@ def test_each_head_reads_the_merged_encoder(assets, tmp_path):
         assert torch.allclose(torch.from_numpy(logits), torch.from_numpy(predict_logits(expected_model, encoded)),
                               atol=1e-5)
     assert merged.info["distance_from_base"]["a"] == 0.0 and merged.info["distance_from_base"]["b"] > 0
+
+
+def test_a_student_built_on_the_base_takes_the_merged_encoder(assets, tmp_path):
+    from types import SimpleNamespace
+
+    from transformers import BertForSequenceClassification
+
+    from kamalcli.merge.merged import load_merged, merge_teachers
+    from kamalcli.models.loading import build_student
+
+    a = head_on(assets["encoder"], tmp_path / "a", ["world", "sports"], 1)
+    b = head_on(assets["encoder"], tmp_path / "b", ["business", "scitech"], 2)
+    model = BertForSequenceClassification.from_pretrained(str(b))
+    with torch.no_grad():
+        for p in model.bert.parameters():
+            p.add_(0.02)
+    model.save_pretrained(str(b))
+    teachers = [SimpleNamespace(name="a", path=str(a)), SimpleNamespace(name="b", path=str(b))]
+    student = build_student(assets["encoder"], ["world", "sports", "business", "scitech"], seed=3)
+    head = student.classifier.weight.detach().clone()
+    base = BertForSequenceClassification.from_pretrained(str(a)).bert.state_dict()
+    load_merged(student, merge_teachers(teachers, str(assets["encoder"]), "average"))
+    for name, value in student.bert.state_dict().items():
+        if value.is_floating_point():
+            assert torch.allclose(value, base[name] + 0.01, atol=1e-6), name
+    assert torch.equal(student.classifier.weight, head)  # the student's own head over the union stays
+
+
+def test_amalgamate_init_merge_records_it(two_teachers, assets):
+    train = ["--student", assets["encoder"], "--epochs", "1", "--lr", "2e-3", "--batch-size", "16",
+             "--max-length", "32"]
+    result = two_teachers("amalgamate", "--method", "vanilla-kd", "--init", "merge", "--name", "m", *train)
+    assert (f"The student starts from the teachers' encoders merged from {assets['encoder']} (task-arithmetic)."
+            in result.stderr)
+    [student] = two_teachers.json("students")
+    assert student["train"]["init"] == "merge:task-arithmetic"
+    run = next(r for r in two_teachers.json("runs") if r["name"] == "m")
+    assert run["params"]["init"] == "merge:task-arithmetic"  # a resumed run starts from the same
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--init", "soup"], "unknown merge 'soup': merge or merge:METHOD (average, task-arithmetic, ties)"),
+    (["--init", "merge:soup"], "unknown merge 'merge:soup'"),
+    (["--init", "merge", "--student-layers", "1"], "--init merge keeps every layer of the merged encoder"),
+    (["--init", "merge", "--student", "{small}"], "--init merge: teacher news (bert, 2 layers of 32, vocabulary "),
+    (["--resume", "x", "--init", "merge"], "--resume continues a run with its own settings; drop --init"),
+])
+def test_init_merge_refusals(two_teachers, assets, tmp_path, args, message):
+    paths = {"small": tiny.make_encoder(tmp_path / "small", layers=1)}
+    args = [a.format(**paths) for a in args]
+    student = [] if "--student" in args or "--resume" in args else ["--student", str(assets["encoder"])]
+    method = [] if "--resume" in args else ["--method", "vanilla-kd"]
+    result = two_teachers("amalgamate", *method, *student, *args, "--epochs", "1", "--max-length", "32", code=2)
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert two_teachers.json("students") == []

@@ -36,6 +36,9 @@ def methods(as_json: bool) -> None:
               help_text=lambda: f"{', '.join(trained_methods())} (see `kamal methods`).")
 @click.option("--student", "student_base", metavar="BASE", help="Named base (kamal models), encoder or classifier folder, or hub id.")
 @click.option("--student-layers", type=int, help="Keep only the first N layers of the base (a smaller student).")
+@click.option("--init", "init", metavar="merge[:METHOD]",
+              help="Start the student's encoder from the teachers' encoders merged in weight space (task-arithmetic, "
+                   "ties or average); --student must be the base they were fine-tuned from.")
 @click.option("--name", help="Name of the new student (default: METHOD-N).")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="A method option (repeatable).")
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME", help="Only these teachers (default: all).")
@@ -52,14 +55,14 @@ def methods(as_json: bool) -> None:
 @train_options
 @distributed_options
 @pass_app
-def amalgamate(app: App, method, student_base, student_layers, name, options, teacher_names, data, select_by,
+def amalgamate(app: App, method, student_base, student_layers, init, name, options, teacher_names, data, select_by,
                mc_samples, rmd_fit, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
                embeddings, device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli.students import amalgamate as service
 
     if resume:
-        given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base),
+        given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base), ("--init", init),
                                 ("--option", options), ("--mc-samples", mc_samples),
                                 ("--mc-exact/--mc-adaptive", mc_exact is not None)) if v]
         if given:
@@ -73,7 +76,7 @@ def amalgamate(app: App, method, student_base, student_layers, name, options, te
     request = service.AmalgamateRequest(
         method=method, options=list(options),
         student=student_base or app.workspace.setting("train", "student"),
-        student_layers=student_layers, name=name, teachers=list(teacher_names), data=data,
+        student_layers=student_layers, init=init, name=name, teachers=list(teacher_names), data=data,
         select_by=select_by or app.workspace.setting("train", "select_by"), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
         probe=probe_settings(app, mc_samples, mc_exact), probe_given=_probe_given(mc_samples, mc_exact),

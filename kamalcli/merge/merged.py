@@ -22,10 +22,26 @@ FAR = 0.5  # a task vector this large against the base's own norm: probably not 
 
 
 @dataclass(frozen=True)
-class MergedLogits:
-    logits: tuple[np.ndarray, ...]  # per teacher, (rows, its labels): its head on the merged encoder
+class Merge:
+    encoder: State                  # the merged encoder parameters, by the base's names
     info: dict                      # method, base, parameters merged, each teacher's distance from the base
     warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MergedLogits:
+    logits: tuple[np.ndarray, ...]  # per teacher, (rows, its labels): its head on the merged encoder
+    info: dict
+    warnings: tuple[str, ...] = ()
+
+
+def merge_method(spec: str) -> str:
+    """merge or merge:METHOD (as --baseline and --init spell it) -> METHOD; anything else refused in one line."""
+    kind, _, method = spec.partition(":")
+    method = method or "task-arithmetic"
+    if kind != "merge" or method not in MERGES:
+        raise KamalError(f"unknown merge {spec!r}: merge or merge:METHOD ({', '.join(MERGES)})")
+    return method
 
 
 def recorded_base(teachers) -> str | None:
@@ -40,15 +56,16 @@ def recorded_base(teachers) -> str | None:
     return bases.pop() if len(bases) == 1 and None not in bases else None
 
 
-def merged_logits(teachers, base_source: str | None, method: str, texts: list[str], max_length: int, *,
-                  device: str = "cpu", batch_size: int = 32) -> MergedLogits:
+def merge_teachers(teachers, base_source: str | None, method: str, models=None) -> Merge:
+    """The teachers' encoders merged from their base (base_source: --base, else what their kamal.json records);
+    models: the teachers' loaded classifiers, when the caller has them."""
     from kamalcli.models.bases import resolve_model_source
-    from kamalcli.models.batching import encode
-    from kamalcli.models.inference import predict_logits
-    from kamalcli.models.loading import load_classifier, load_encoder, load_tokenizer
+    from kamalcli.models.loading import load_classifier, load_encoder
 
     if method not in MERGES:
         raise KamalError(f"unknown merge {method!r}: {', '.join(MERGES)}")
+    if len(teachers) < 2:
+        raise KamalError("a merge needs two or more teachers")
     if base_source is None:
         base_source = recorded_base(teachers)
         if base_source is None:
@@ -57,7 +74,7 @@ def merged_logits(teachers, base_source: str | None, method: str, texts: list[st
         if base_source.endswith(LOCAL):
             raise KamalError(f"the teachers were fine-tuned from a local folder, {base_source.removesuffix(LOCAL)}: "
                              "name it with --base FOLDER")
-    models = [load_classifier(t.path, owner=f"teacher {t.name}") for t in teachers]
+    models = models or [load_classifier(t.path, owner=f"teacher {t.name}") for t in teachers]
     _check_one_architecture(teachers, models)
     base = load_encoder(resolve_model_source(base_source)).state_dict()
     encoders = [m.base_model.state_dict() for m in models]
@@ -69,19 +86,34 @@ def merged_logits(teachers, base_source: str | None, method: str, texts: list[st
     distance = [torch.sqrt(sum((v ** 2).sum() for v in tau.values())).item() / base_norm for tau in taus]
     warnings = tuple(f"teacher {t.name} lies far from {base_source} (task vector {100 * d:.0f}% of the base's "
                      "norm): was it fine-tuned from it?" for t, d in zip(teachers, distance) if d > FAR)
+    info = {"method": method, "base": base_source, "parameters": int(sum(v.numel() for v in base.values())),
+            "kept_per_teacher": sorted(set(encoders[0]) - set(names)),
+            "distance_from_base": {t.name: round(d, 4) for t, d in zip(teachers, distance)}}
+    return Merge(merged, info, warnings)
+
+
+def load_merged(model, merge: Merge) -> None:
+    """Put the merged encoder into a classifier built on the same base (its head and other parameters stay)."""
+    own = model.base_model.state_dict()
+    model.base_model.load_state_dict({**own, **{k: v.to(own[k].dtype) for k, v in merge.encoder.items()}})
+
+
+def merged_logits(teachers, base_source: str | None, method: str, texts: list[str], max_length: int, *,
+                  device: str = "cpu", batch_size: int = 32) -> MergedLogits:
+    from kamalcli.models.batching import encode
+    from kamalcli.models.inference import predict_logits
+    from kamalcli.models.loading import load_classifier, load_tokenizer
+
+    models = [load_classifier(t.path, owner=f"teacher {t.name}") for t in teachers] if len(teachers) > 1 else None
+    merge = merge_teachers(teachers, base_source, method, models)
     logits = []
     for teacher, model in zip(teachers, models):
-        own = model.base_model.state_dict()
-        model.base_model.load_state_dict({**own, **{k: v.to(own[k].dtype) for k, v in merged.items()}})
+        load_merged(model, merge)
         model.to(device)
         encoded = encode(load_tokenizer(teacher.path, owner=f"teacher {teacher.name}"), texts, max_length,
                          config=model.config)
         logits.append(predict_logits(model, encoded, batch_size=batch_size, device=device))
-    kept = sorted(set(encoders[0]) - set(names))
-    info = {"method": method, "base": base_source, "parameters": int(sum(v.numel() for v in base.values())),
-            "kept_per_teacher": kept, "distance_from_base": dict(zip((t.name for t in teachers),
-                                                                     (round(d, 4) for d in distance)))}
-    return MergedLogits(tuple(logits), info, warnings)
+    return MergedLogits(tuple(logits), merge.info, merge.warnings)
 
 
 def _check_one_architecture(teachers, models) -> None:

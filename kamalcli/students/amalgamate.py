@@ -13,8 +13,8 @@ from pathlib import Path
 from kamalcli.errors import KamalError
 from kamalcli.probe.runner import ProbeRequest
 from kamalcli.probe.teacher_weights import refresh_teachers
-from kamalcli.students.plan import (AmalgamateRequest, options_need_rmd, plan, reads_confidences, teachers_task,
-                                    training_options, transfer_note)
+from kamalcli.students.plan import (AmalgamateRequest, canonical_init, options_need_rmd, plan, reads_confidences,
+                                    teachers_task, training_options, transfer_note)
 from kamalcli.students.problem import build_problem
 
 
@@ -27,7 +27,7 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     teachers = refresh_teachers(workspace, store, teachers, say)  # before any cached output is read
     store.claim("student", name, exclusive=True)
     store.claim_inputs(teachers, [dataset])
-    request = replace(request, name=name)
+    request = replace(request, name=name, init=canonical_init(request.init))
     token_level = teachers_task(teachers) == "token"
     _check_processes(method, token_level)
     train_config = TrainConfig(**request.train)
@@ -184,6 +184,7 @@ def _save_student(workspace, store, request, method, options, teachers, dataset,
         "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
         "base": request.student, "parent": request.parent, "transfer_data": dataset.name,
         "transfer_hash": dataset.content_hash, "select_by": request.select_by, "seed": train_config.seed,
+        "init": request.init,
     }
     staging = workspace.tmp_dir() / "student"
     save_classifier(problem.model, problem.tokenizer, staging, extra=meta)
@@ -194,7 +195,8 @@ def _save_student(workspace, store, request, method, options, teachers, dataset,
         teachers=list(zip(teachers, [p.id for p in problem.probes])),
         name=request.name, method=method.name, options=asdict(options), base=str(problem.base_folder), path=str(final),
         labels=labels, parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
-        select_by=request.select_by, seed=train_config.seed, train=_train_record(train_config, result, problem),
+        select_by=request.select_by, seed=train_config.seed,
+        train={**_train_record(train_config, result, problem), "init": request.init},
         metrics={}, run_id=run.id, losses=losses, task=teachers_task(teachers),
     )
 

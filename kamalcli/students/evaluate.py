@@ -97,8 +97,6 @@ def _merged_outputs(store, teachers, baseline: str, base, texts, max_length, dev
     from kamalcli.probe.outputs import TeacherOutputs
     from kamalcli.runtime import resolve_device
 
-    if len(teachers) < 2:
-        raise KamalError("a merge needs two or more teachers")
     merged = merged_logits(teachers, base, baseline.split(":", 1)[1], texts, max_length,
                            device=resolve_device(device))
     for line in merged.warnings:

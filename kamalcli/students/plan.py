@@ -4,6 +4,7 @@ and which confidences the method will read (which decides what to probe and fit)
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from kamalcli.errors import KamalError
 from kamalcli.data.text import is_generated
@@ -29,6 +30,7 @@ class AmalgamateRequest:
     reprobe: bool = False              # probe again with these settings even if other cached probes exist
     auto: dict | None = None           # score=auto as decided before any work (kamalcli/probe/auto_score.py)
     gate: dict | None = None           # muki-hard commit=auto: the measured selection it commits by
+    init: str | None = None            # merge[:METHOD]: the student's encoder starts as the teachers' merged ones
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -132,7 +134,47 @@ def plan(store, request: AmalgamateRequest):
         store.dataset(request.rmd_fit)
     if not request.parent:
         check_base(request.student, request.student_layers)
+    if request.init:
+        check_init(request, teachers)
     return method, options, teachers, dataset, name
+
+
+def canonical_init(init: str | None) -> str | None:
+    """merge -> merge:task-arithmetic (what the run and the student record)."""
+    from kamalcli.merge.merged import merge_method
+
+    return None if init is None else f"merge:{merge_method(init)}"
+
+
+def check_init(request: AmalgamateRequest, teachers) -> None:
+    """--init merge[:METHOD]: a new student of the teachers' own base (whose weights the merge starts from)."""
+    from kamalcli.merge.merged import merge_method
+
+    merge_method(request.init)
+    if request.parent:
+        raise KamalError("--init merge starts a new student; an extended student starts from its parent")
+    if request.student_layers is not None:
+        raise KamalError("--init merge keeps every layer of the merged encoder: drop --student-layers")
+    if teachers_task(teachers) == "token":
+        raise KamalError("--init merge is for text classifiers; token teachers are not merged")
+    _check_merge_shapes(request.student, teachers)
+
+
+def _check_merge_shapes(base: str, teachers) -> None:
+    """Before any work, from config.json alone: the student base and every teacher have one shape."""
+    from kamalcli.models.bases import resolve_model_source
+    from kamalcli.models.folder import read_config
+
+    def shape(config: dict) -> str:
+        return (f"{config.get('model_type')}, {config.get('num_hidden_layers')} layers of "
+                f"{config.get('hidden_size')}, vocabulary {config.get('vocab_size')}")
+
+    wanted = shape(read_config(resolve_model_source(base)))
+    for teacher in teachers:
+        found = shape(read_config(Path(teacher.path)))
+        if found != wanted:
+            raise KamalError(f"--init merge: teacher {teacher.name} ({found}) was not fine-tuned from the student "
+                             f"base {base} ({wanted}); --student must be the base the teachers share")
 
 
 def check_base(source: str, layers: int | None) -> None:

@@ -50,7 +50,8 @@ def sequence_problem(workspace, store, request, method, options, teachers, datas
                                               probe_request, train_config, run_id, say, read_only)
 
     # 2. the student, over the union label space (an extended student keeps its old label ids)
-    model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed)
+    model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed,
+                                                   teachers=teachers, say=say)
     texts, gold = load_dataset_rows(dataset)
     encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
     train_rows, held_out = _split_rows(request.select_by, len(texts), train_config.seed)
@@ -221,7 +222,8 @@ def _other_probes(store, teacher, dataset) -> str:
     return f"; its other cached probes ({listed}) are not used (--reprobe)"
 
 
-def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: int, task: str = "sequence"):
+def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: int, task: str = "sequence",
+                   teachers=(), say=print):
     from kamalcli.models.bases import resolve_model_source
     from kamalcli.models.loading import build_student, grow_classifier, labels_of, load_classifier, load_tokenizer
 
@@ -235,4 +237,18 @@ def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: i
         return model, load_tokenizer(folder), folder
     base = resolve_model_source(request.student)
     model = build_student(base, list(space.names), num_layers=request.student_layers, seed=seed, task=task)
+    if request.init:
+        _start_from_merge(model, request, teachers, say)
     return model, load_tokenizer(base), base
+
+
+def _start_from_merge(model, request: AmalgamateRequest, teachers, say) -> None:
+    """--init merge[:METHOD]: the student's encoder is the teachers' encoders merged from the student's base, which
+    has to be the base they were fine-tuned from."""
+    from kamalcli.merge.merged import load_merged, merge_method, merge_teachers
+
+    merge = merge_teachers(teachers, request.student, merge_method(request.init))
+    for line in merge.warnings:
+        say(line)
+    load_merged(model, merge)
+    say(f"The student starts from the teachers' encoders merged from {request.student} ({merge.info['method']}).")
