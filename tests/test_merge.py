@@ -139,13 +139,13 @@ def test_each_head_reads_the_merged_encoder(assets, tmp_path):
     moved(b, 0.02).save_pretrained(str(b))
     texts = ["the match ended in a draw", "shares fell after the report"]
     teachers = [SimpleNamespace(name="a", path=str(a)), SimpleNamespace(name="b", path=str(b))]
-    merged = merged_logits(teachers, str(assets["encoder"]), "average", texts, 32)
-    for folder, logits in zip((a, b), merged.logits):
+    merged, merge = merged_logits(teachers, str(assets["encoder"]), "average", texts, 32)
+    for folder, logits in zip((a, b), merged):
         expected_model = moved(folder, 0.01 if folder == a else -0.01)
         encoded = encode(load_tokenizer(folder), texts, 32, config=expected_model.config)
         assert torch.allclose(torch.from_numpy(logits), torch.from_numpy(predict_logits(expected_model, encoded)),
                               atol=1e-5)
-    assert merged.info["distance_from_base"]["a"] == 0.0 and merged.info["distance_from_base"]["b"] > 0
+    assert merge.info["distance_from_base"]["a"] == 0.0 and merge.info["distance_from_base"]["b"] > 0
 
 
 def test_a_student_built_on_the_base_takes_the_merged_encoder(assets, tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kamalcli.errors import KamalError
 from kamalcli.files import ensure_writable_dir, publish_dir, removed_on_failure
+from kamalcli.models.folder import kamal_json
 
 PARITY_ROWS = 256
 
@@ -67,7 +68,7 @@ def card_fields(store, student) -> dict:
                             else "kamal's own predictions"),
         "method": student.method,
         "options": ", ".join(f"{k}={v}" for k, v in sorted(student.options.items())) or "defaults",
-        "base": _base_for_people(_kamal_json(Path(student.path)).get("base") or student.base),
+        "base": _base_for_people(kamal_json(Path(student.path)).get("base") or student.base),
         "seed": student.seed,
         "teachers_table": teachers,
         "num_teachers": len(student.teachers),
@@ -96,7 +97,7 @@ def hub_metadata(store, student, latest: dict[str, dict], transfer: str | None) 
     while root.parent and (parent := store.find_student(root.parent)) is not None and parent.id != root.id:
         root = parent
     meta: dict = {}
-    hub_id = hub_id_of(_kamal_json(Path(root.path)).get("base"))
+    hub_id = hub_id_of(kamal_json(Path(root.path)).get("base"))
     if hub_id:
         meta["base_model"] = hub_id
     license_id = declared_license(Path(root.base))
@@ -124,14 +125,6 @@ def hub_metadata(store, student, latest: dict[str, dict], transfer: str | None) 
     if results:
         meta["model-index"] = [{"name": student.name, "results": results}]
     return meta
-
-
-def _kamal_json(folder: Path) -> dict:
-    try:
-        meta = json.loads((folder / "kamal.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def declared_license(folder: Path) -> str | None:

@@ -7,9 +7,7 @@ Encoder parameters the base lacks, and the heads, stay each teacher's own.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,13 +26,6 @@ class Merge:
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class MergedLogits:
-    logits: tuple[np.ndarray, ...]  # per teacher, (rows, its labels): its head on the merged encoder
-    info: dict
-    warnings: tuple[str, ...] = ()
-
-
 def merge_method(spec: str) -> str:
     """merge or merge:METHOD (as --baseline and --init spell it) -> METHOD; anything else refused in one line."""
     kind, _, method = spec.partition(":")
@@ -46,13 +37,9 @@ def merge_method(spec: str) -> str:
 
 def recorded_base(teachers) -> str | None:
     """The base every teacher's kamal.json names (train-teacher records it), when they agree."""
-    bases = set()
-    for t in teachers:
-        meta = Path(t.path) / "kamal.json"
-        try:
-            bases.add(json.loads(meta.read_text()).get("base"))
-        except (OSError, ValueError):
-            return None
+    from kamalcli.models.folder import kamal_json
+
+    bases = {kamal_json(t.path).get("base") for t in teachers}
     return bases.pop() if len(bases) == 1 and None not in bases else None
 
 
@@ -99,12 +86,13 @@ def load_merged(model, merge: Merge) -> None:
 
 
 def merged_logits(teachers, base_source: str | None, method: str, texts: list[str], max_length: int, *,
-                  device: str = "cpu", batch_size: int = 32) -> MergedLogits:
+                  device: str = "cpu", batch_size: int = 32) -> tuple[tuple[np.ndarray, ...], Merge]:
+    """Per teacher, (rows, its labels): its head on the merged encoder; and the merge."""
     from kamalcli.models.batching import encode
     from kamalcli.models.inference import predict_logits
     from kamalcli.models.loading import load_classifier, load_tokenizer
 
-    models = [load_classifier(t.path, owner=f"teacher {t.name}") for t in teachers] if len(teachers) > 1 else None
+    models = [load_classifier(t.path, owner=f"teacher {t.name}") for t in teachers]
     merge = merge_teachers(teachers, base_source, method, models)
     logits = []
     for teacher, model in zip(teachers, models):
@@ -113,7 +101,7 @@ def merged_logits(teachers, base_source: str | None, method: str, texts: list[st
         encoded = encode(load_tokenizer(teacher.path, owner=f"teacher {teacher.name}"), texts, max_length,
                          config=model.config)
         logits.append(predict_logits(model, encoded, batch_size=batch_size, device=device))
-    return MergedLogits(tuple(logits), merge.info, merge.warnings)
+    return tuple(logits), merge
 
 
 def _check_one_architecture(teachers, models) -> None:

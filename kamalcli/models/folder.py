@@ -391,3 +391,12 @@ def _known_model_type(model_type: str) -> bool:
     except ImportError:  # pragma: no cover - transformers is a dependency
         return True
     return model_type in CONFIG_MAPPING_NAMES
+
+
+def kamal_json(folder: Path) -> dict:
+    """What kamal wrote about a model folder (kamal.json: its base, labels, training); {} when there is none."""
+    try:
+        meta = json.loads((Path(folder) / "kamal.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}

@@ -136,19 +136,6 @@ def _evidence(figures, available=USABLE) -> dict[str, Figure]:
     return evidence
 
 
-def score_figure(store, teachers, plan, score: str) -> Figure | None:
-    """The figure one score is judged by, clearly above chance or not; None: its selection was never measured for
-    these teachers."""
-    return _evidence(measured_figures(store, teachers, plan), (score,)).get(score)
-
-
-def concatenation_figure(store, teachers, plan, figure: Figure) -> Figure | None:
-    """The selection vanilla-kd's target makes on the same rows as `figure`: softmax over the concatenated logits
-    weighs each teacher by exp(log-sum-exp of its logits), so its top teacher is energy's pick."""
-    return next((f for f in measured_figures(store, teachers, plan)
-                 if f.score == "energy" and f.data == figure.data), None)
-
-
 @dataclass(frozen=True)
 class Commitment:
     """muki-hard commit=auto: whether each row's target commits to its picked teacher (1) or is vanilla-kd's (0),
@@ -242,8 +229,16 @@ def decide_auto(store, teachers, plan, available=USABLE) -> AutoDecision:
 def decide_commitment(store, teachers, plan, score: str) -> Commitment:
     """muki-hard commit=auto for these teachers selecting with `score`: what kamal amalgamate trains with and
     kamal report names."""
-    figure = score_figure(store, teachers, plan, score)
-    concatenated = concatenation_figure(store, teachers, plan, figure) if figure is not None else None
+    return _commitment_on(measured_figures(store, teachers, plan), score)
+
+
+def _commitment_on(figures, score: str) -> Commitment:
+    """commitment() from the figure `score` is judged by (clearly above chance or not) and, on the same rows,
+    energy's: the pick vanilla-kd's target makes (softmax over the concatenated logits weighs each teacher by
+    exp(log-sum-exp of its logits))."""
+    figure = _evidence(figures, (score,)).get(score)
+    concatenated = None if figure is None else next(
+        (f for f in figures if f.score == "energy" and f.data == figure.data), None)
     return commitment(score, figure, concatenated)
 
 
@@ -263,8 +258,8 @@ def workspace_decisions(store) -> list[dict]:
     out = []
     for names in sets:
         group = [teachers[n] for n in names]
-        plan = rmd_fit_plan(store, group)
-        decision = decide_auto(store, group, plan)
+        figures = measured_figures(store, group, rmd_fit_plan(store, group))
+        decision = decide(figures, tuple(len(t.labels) for t in group))
         out.append({"teachers": list(names), **decision.as_json(),
-                    "commit": decide_commitment(store, group, plan, decision.score).as_json()})
+                    "commit": _commitment_on(figures, decision.score).as_json()})
     return out

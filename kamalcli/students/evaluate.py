@@ -97,12 +97,12 @@ def _merged_outputs(store, teachers, baseline: str, base, texts, max_length, dev
     from kamalcli.probe.outputs import TeacherOutputs
     from kamalcli.runtime import resolve_device
 
-    merged = merged_logits(teachers, base, baseline.split(":", 1)[1], texts, max_length,
-                           device=resolve_device(device))
-    for line in merged.warnings:
+    logits, merge = merged_logits(teachers, base, baseline.split(":", 1)[1], texts, max_length,
+                                  device=resolve_device(device))
+    for line in merge.warnings:
         say(line)
-    outputs = TeacherOutputs(store.label_space(teachers), tuple(t.name for t in teachers), merged.logits, {})
-    return outputs, merged.info
+    outputs = TeacherOutputs(store.label_space(teachers), tuple(t.name for t in teachers), logits, {})
+    return outputs, merge.info
 
 
 def baseline_teachers(store, baseline: str, task: str, teacher_names: tuple[str, ...] = ()) -> list:
