@@ -3,13 +3,14 @@
 Order: teachers in registration order, each teacher's labels in its own
 id2label order; a label name two teachers share appears once, and both
 teachers' blocks map onto it (docs/methods.md, "The union label space").
+Names merged with `kamal labels merge` (Aliases) count as one name.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -66,32 +67,81 @@ def renamed_tags_note(renamed: dict[str, str]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Aliases:
+    """Label names that name one class (kamal labels merge): alias -> the class's name.
+
+    A token teacher's tags follow their entity type: with PERSON -> PER, B-PERSON is B-PER.
+    """
+
+    to: Mapping[str, str] = field(default_factory=dict)
+
+    def canonical(self, name: str) -> str:
+        if name in self.to:
+            return self.to[name]
+        prefix, dash, kind = name.partition("-")
+        if dash and prefix in ("B", "I") and kind in self.to:
+            return f"{prefix}-{self.to[kind]}"
+        return name
+
+    def of(self, name: str) -> list[str]:
+        """The other names of a class, in the order they were given."""
+        return [alias for alias, target in self.to.items() if target == name]
+
+    def within(self, names: Iterable[str]) -> "Aliases":
+        """Only the aliases of these classes (what a student trained over them records)."""
+        kept = {self.canonical(n) for n in names}
+        kept |= {kind for n in kept for prefix, dash, kind in [n.partition("-")] if dash and prefix in ("B", "I")}
+        return Aliases({a: t for a, t in self.to.items() if t in kept})
+
+    def indices(self, gold: Sequence[str], names: Sequence[str]) -> np.ndarray:
+        """Each gold label's position in names, either side read through the aliases; -1 where none matches."""
+        return label_indices([self.canonical(g) for g in gold], [self.canonical(n) for n in names])
+
+    def as_json(self) -> dict[str, str]:
+        return dict(sorted(self.to.items()))
+
+    def __bool__(self) -> bool:
+        return bool(self.to)
+
+
+@dataclass(frozen=True)
 class LabelSpace:
     names: tuple[str, ...]
     # teacher name -> union column of each of that teacher's classes, in its own order
     blocks: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    aliases: Aliases = field(default_factory=Aliases)
 
     @classmethod
-    def from_teachers(cls, teachers: Sequence[tuple[str, Sequence[str]]], start: Sequence[str] = ()) -> "LabelSpace":
-        """teachers: (name, labels) in registration order. start: labels that come first (a student's)."""
+    def from_teachers(cls, teachers: Sequence[tuple[str, Sequence[str]]], start: Sequence[str] = (),
+                      aliases: Aliases | None = None) -> "LabelSpace":
+        """teachers: (name, labels) in registration order. start: labels that come first (a student's, kept as
+        they are). aliases: names merged into one class; a teacher's label joins its class's column."""
+        aliases = aliases or Aliases()
         names: list[str] = list(start)
         index = {n: i for i, n in enumerate(names)}
+        for i, name in enumerate(start):  # a student trained before a merge may hold an alias as its own name
+            index.setdefault(aliases.canonical(name), i)
         blocks = {}
         for teacher, labels in teachers:
             cols = []
             for label in labels:
+                label = aliases.canonical(label)
                 if label not in index:
                     index[label] = len(names)
                     names.append(label)
                 cols.append(index[label])
             blocks[teacher] = tuple(cols)
-        return cls(tuple(names), blocks)
+        return cls(tuple(names), blocks, aliases)
 
     def __len__(self) -> int:
         return len(self.names)
 
     def index(self, name: str) -> int:
-        return self.names.index(name)
+        return self.names.index(self.aliases.canonical(name))
+
+    def indices(self, gold: Sequence[str]) -> np.ndarray:
+        """Each gold label's column (any alias of a class finds it); -1 for labels outside the space."""
+        return self.aliases.indices(gold, self.names)
 
     def owners(self, label: str) -> list[str]:
         col = self.index(label)

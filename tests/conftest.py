@@ -29,6 +29,15 @@ def _private_cache(tmp_path_factory):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _label_names_by_spelling(monkeypatch):
+    """add-teacher compares label names in a sentence encoder (all-MiniLM-L6-v2), whose conversion would cost
+    every test session; here names are compared by spelling, and tests of the encoder path name one."""
+    from kamalcli.teachers import label_overlap
+
+    monkeypatch.setattr(label_overlap, "DEFAULT_ENCODER", "/no-sentence-encoder-in-unit-tests")
+
+
 class Kamal:
     """Runs `kamal ...` in-process (click's CliRunner) against one workspace."""
 

@@ -40,22 +40,26 @@ def add_teacher(app: App, source: str, name: str | None, labels: str | None, cop
 def teachers(app: App, as_json: bool) -> None:
     """The registered teachers and their labels, in registration order."""
     from kamalcli.probe.teacher_weights import changed_line, changed_on_disk
+    from kamalcli.teachers.label_merges import label_classes
 
     with app.reader() as store:
         found = store.teachers()
         spaces = {task: store.label_space([t for t in found if t.task == task]) for task in ("sequence", "token")}
+        merged = label_classes(store)
     changed = changed_on_disk(found)  # read without recording: the next probe or amalgamate records it
     for t in (t for t in found if t.id in changed):
         note(f"{changed_line(t, changed[t.id])}: the next kamal probe or amalgamate records its new weights "
              "and probes it again")
+    aliases = spaces["sequence"].aliases
     if as_json:
-        emit_json([{**t.as_json(), "changed_on_disk": t.id in changed,
+        emit_json([{**t.as_json(), "classes": [aliases.canonical(label) for label in t.labels],
+                    "changed_on_disk": t.id in changed,
                     **({"fingerprint_on_disk": changed[t.id]} if t.id in changed else {})} for t in found])
         return
     table(
         "Teachers",
         ["name", "task", "labels", "model", "layers", "dropout", "origin", "fingerprint"],
-        [(t.name, t.task, t.labels, t.model_type, t.num_layers, t.dropout, t.origin,
+        [(t.name, t.task, [_as_class(label, aliases) for label in t.labels], t.model_type, t.num_layers, t.dropout, t.origin,
           t.fingerprint[:12] + (" (changed on disk)" if t.id in changed else "")) for t in found],
         empty="none yet (kamal add-teacher FOLDER)",
     )
@@ -63,6 +67,14 @@ def teachers(app: App, as_json: bool) -> None:
         if len(space):
             kind = "Union label space" if task == "sequence" else "Union tag set of the token teachers (one O)"
             click.echo(f"{kind} ({len(space)}): {', '.join(space.names)}")
+    for one in merged:
+        click.echo(f"Merged (kamal labels): {one.name} = {', '.join([one.name, *one.aliases])}")
+
+
+def _as_class(label: str, aliases) -> str:
+    """A teacher's label, and its class's name when a merge renamed it: audio (= sound)."""
+    name = aliases.canonical(label)
+    return label if name == label else f"{label} (= {name})"
 
 
 @click.command("remove-teacher")

@@ -93,11 +93,13 @@ class EntityF1Selector:
 
     higher_is_better = True
 
-    def __init__(self, dataset, tokenizer, names, max_length: int, device: str):
+    def __init__(self, dataset, tokenizer, names, max_length: int, device: str, canonical=lambda tag: tag):
+        """canonical: a gold tag as the name of its class (kamal labels merge)."""
         from kamalcli.data.tokens import load_token_rows
 
         self.name = f"eval:{dataset.name}"
-        self.sentences, self.gold = load_token_rows(dataset)
+        self.sentences, gold = load_token_rows(dataset)
+        self.gold = [[canonical(tag) for tag in sentence] for sentence in gold]
         self.tokenizer, self.names, self.max_length, self.device = tokenizer, names, max_length, device
 
     def measure(self, model) -> float:

@@ -382,8 +382,9 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
     notes = list(read_notes)
     counts = table.label_counts()
     if counts is not None:
-        known = set(store.label_space(store.teachers_of_task("sequence")).names)
-        unknown = {label: n for label, n in counts.items() if label not in known}
+        space = store.label_space(store.teachers_of_task("sequence"))
+        known = set(space.names)
+        unknown = {label: n for label, n in counts.items() if space.indices([label])[0] < 0}
         if known and unknown:
             listed = ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items()))
             notes.append(

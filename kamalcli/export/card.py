@@ -112,5 +112,9 @@ def markdown_table(headers: Iterable[str], rows: Iterable[Iterable[Any]]) -> str
     return "\n".join(lines)
 
 
-def labels_table(labels: list[str]) -> str:
-    return markdown_table(["id", "label"], enumerate(labels))
+def labels_table(labels: list[str], aliases: dict[str, str] | None = None) -> str:
+    """The card's label table; with aliases (kamal labels merge), a column of each class's other names."""
+    if not aliases:
+        return markdown_table(["id", "label"], enumerate(labels))
+    others = {label: ", ".join(a for a, target in aliases.items() if target == label) or "-" for label in labels}
+    return markdown_table(["id", "label", "also called"], [(i, label, others[label]) for i, label in enumerate(labels)])

@@ -60,7 +60,7 @@ def write_hf_folder(staging: Path, folder: Path, student, texts: list[str], fiel
     token = getattr(student, "task", "sequence") == "token"
     check = (token_pipeline_check if token else pipeline_check)(staging, student, texts)
     fields = {**fields, "kamal_version": __version__, "num_labels": len(student.labels),
-              "labels_table": labels_table(list(student.labels)), "check_rows": check["rows"],
+              "labels_table": labels_table(list(student.labels), student.aliases.as_json()), "check_rows": check["rows"],
               "check_max_abs": f"{check['max_abs_diff']:.2e}", "check_argmax": f"{check['argmax_agreement']:.4f}"}
     write_text_atomic(staging / "README.md", render_card(fields, kind="hf"))
     files = sorted(p.name for p in staging.iterdir()) + [MARKER]

@@ -347,6 +347,9 @@ def _kamal_json_fields(path: Path) -> dict[str, Any]:
         fields["teachers_table"] = markdown_table(["teacher", "labels"], rows)
     if meta.get("parent"):
         fields["lineage"] = f"extends {meta['parent']}"
+    aliases = meta.get("label_aliases")
+    if isinstance(aliases, dict) and aliases and isinstance(meta.get("labels"), list):
+        fields["labels_table"] = labels_table(meta["labels"], aliases)
     return fields
 
 

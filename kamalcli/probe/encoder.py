@@ -45,6 +45,13 @@ def sentence_vectors(workspace, source: str, texts: list[str], data_hash: str, m
                    say)
 
 
+def text_vectors(source: str, texts: list[str], max_length: int = 32, device: str = "cpu") -> np.ndarray:
+    """(len(texts), hidden) float32, unit length, not cached: for a handful of short texts (label names)."""
+    from kamalcli.models.bases import resolve_model_source
+
+    return _compute(resolve_model_source(source), texts, max_length, device, "mean")
+
+
 def _cached(workspace, source, texts, data_hash, max_length, device, pooling: str, line: str, say) -> np.ndarray:
     from kamalcli.models.bases import resolve_model_source
     from kamalcli.files import publish_dir

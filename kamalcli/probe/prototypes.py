@@ -57,22 +57,24 @@ def confidence_columns(scores: np.ndarray, rmd: np.ndarray | None) -> dict[str, 
     return columns
 
 
-def label_owners(teachers) -> tuple[list[str], np.ndarray]:
-    """The union's label names in teacher order, and (labels, teachers) booleans: which teacher knows which."""
-    names = list(dict.fromkeys(label for t in teachers for label in t.labels))
-    return names, np.array([[name in t.labels for t in teachers] for name in names])
+def label_owners(teachers, canonical=lambda label: label) -> tuple[list[str], np.ndarray]:
+    """The union's label names in teacher order, and (labels, teachers) booleans: which teacher knows which.
+    canonical: a label's class name (kamal labels merge), so merged labels are one prototype."""
+    names = list(dict.fromkeys(canonical(label) for t in teachers for label in t.labels))
+    return names, np.array([[name in {canonical(label) for label in t.labels} for t in teachers] for name in names])
 
 
 def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
-                     say=print) -> np.ndarray:
+                     say=print, canonical=lambda label: label) -> np.ndarray:
     """(rows of dataset, teachers): the prototype score, prototypes from fit_dataset's labelled rows."""
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.encoder import sentence_vectors
 
-    names, owns = label_owners(teachers)
+    names, owns = label_owners(teachers, canonical)
     fit_texts, fit_labels = load_dataset_rows(fit_dataset)
     if fit_labels is None:
         raise KamalError(f"{fit_dataset.name} has no labels: the prototype score needs labelled rows")
+    fit_labels = [canonical(label) for label in fit_labels]
     texts, _ = load_dataset_rows(dataset)
     fit_vectors = sentence_vectors(workspace, encoder, fit_texts, fit_dataset.content_hash, max_length, device, say)
     prototypes = class_prototypes(fit_vectors, fit_labels, names)

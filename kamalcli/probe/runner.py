@@ -287,7 +287,7 @@ class Runner:
         })
         arrays = ProbeArrays.load(staging)
         rows = row_scores(arrays)
-        summary = summarize(rows, teacher.labels, labels)
+        summary = summarize(rows, self._own(teacher), self._canonical(labels))
         summary["examples_per_second"] = num_rows / max(seconds, 1e-9)
         summary.update(passes)
         return rows, summary
@@ -328,7 +328,7 @@ class Runner:
         note = {"teacher": teacher.name, "source": source, "data": dataset.name, "rows": fit.num_rows,
                 "generated": generated}
         if generated:
-            note["written_for_it"] = int((label_indices(self._gold(dataset), teacher.labels) >= 0).sum())
+            note["written_for_it"] = int((label_indices(self._gold(dataset), self._own(teacher)) >= 0).sum())
         return note
 
     def _fit(self, teacher, settings: ProbeSettings, source: str, dataset, fit_key: str):
@@ -343,7 +343,7 @@ class Runner:
             local = probs.argmax(axis=1)
             everything = np.ones(len(local), dtype=bool)
         else:
-            local = label_indices(self._gold(dataset), teacher.labels)
+            local = label_indices(self._gold(dataset), self._own(teacher))
             keep = on_steered_class(arrays.probs(), local) if is_generated(dataset) else local >= 0
             # The teacher's own training rows are all in-distribution; a labelled
             # set may hold other classes too, which only the background sees.
@@ -414,24 +414,36 @@ class Runner:
             return prototype_scores(self.workspace, teachers, dataset, self.store.dataset_by_id(fits[0].dataset_id),
                                     encoder=DEFAULT_ENCODER,
                                     max_length=max(p.options.get("max_length", 128) for p in probes.values()),
-                                    device=resolve_device(self.device), say=self.say)
+                                    device=resolve_device(self.device), say=self.say,
+                                    canonical=self.store.label_aliases().canonical)
         except KamalError as error:
             self.say(f"No prototype score in the selection table: {error}")
             return None
 
     def _gold(self, dataset) -> list[str]:
-        """A labelled dataset's gold labels, read once per run."""
+        """A labelled dataset's gold labels, read once per run, each as the name of its class (kamal labels
+        merge: any of a class's names may be used)."""
         from kamalcli.data.text import load_dataset_rows
 
         if dataset.id not in self._gold_labels:
-            self._gold_labels[dataset.id] = load_dataset_rows(dataset)[1]
+            self._gold_labels[dataset.id] = self._canonical(load_dataset_rows(dataset)[1])
         return self._gold_labels[dataset.id]
+
+    def _canonical(self, labels):
+        if labels is None:
+            return None
+        aliases = self.store.label_aliases()
+        return [aliases.canonical(label) for label in labels]
+
+    def _own(self, teacher) -> list[str]:
+        """The teacher's labels as the names of their classes (what gold labels are compared with)."""
+        return self._canonical(teacher.labels)
 
     def _in_domain(self, teacher, probe) -> np.ndarray | None:
         dataset = self.store.dataset_by_id(probe.dataset_id)
         if not dataset.has_labels:
             return None
-        owned = set(teacher.labels)
+        owned = set(self._own(teacher))
         return np.array([g in owned for g in self._gold(dataset)], dtype=bool)
 
     def _rmd_source(self, teacher, fit_dataset, probes):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kamalcli.labels import label_indices
+from kamalcli.labels import Aliases
 from kamalcli.probe.calibration import ece, reliability_bins
 from kamalcli.probe.figures import SCORES
 from kamalcli.probe.selection import auroc
@@ -83,8 +83,8 @@ def _shown_probes(probes) -> dict[tuple[int, int], object]:
     return shown
 
 
-def teacher_on_data(teacher, dataset, probe, rows: dict, gold: list[str]) -> TeacherOnData:
-    local = label_indices(gold, list(teacher.labels))
+def teacher_on_data(teacher, dataset, probe, rows: dict, gold: list[str], aliases=None) -> TeacherOnData:
+    local = (aliases or Aliases()).indices(gold, list(teacher.labels))
     inside = local >= 0
     sampled = (probe.options.get("mc_samples") or 1) > 1  # K = 1: the "MC" columns are the plain softmax again
     distributions = []
@@ -119,6 +119,7 @@ def gather(workspace, store) -> Report:
                   for t in teachers.values()],
     )
     gold_of: dict[int, list[str]] = {}
+    aliases = store.label_aliases()
     for (teacher_id, dataset_id), probe in sorted(_shown_probes(store.probes()).items(),
                                                   key=lambda kv: (kv[0][1], kv[0][0])):
         dataset = datasets[dataset_id]
@@ -131,7 +132,7 @@ def gather(workspace, store) -> Report:
         if dataset_id not in gold_of:
             gold_of[dataset_id] = load_dataset_rows(dataset)[1]
         report.probes.append(teacher_on_data(teachers[teacher_id], dataset, probe, store.probe_rows(probe.id),
-                                             gold_of[dataset_id]))
+                                             gold_of[dataset_id], aliases))
     report.selection = selection_rows(store)
     report.auto = workspace_decisions(store)
     for s in store.students():

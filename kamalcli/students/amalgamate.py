@@ -179,13 +179,17 @@ def _save_student(workspace, store, request, method, options, teachers, dataset,
     from kamalcli.models.loading import save_classifier
 
     labels = list(problem.outputs.space.names)
+    aliases = problem.outputs.space.aliases.within(labels).as_json()
     meta = {
         "name": request.name, "method": method.name, "options": asdict(options), "labels": labels,
+        "label_aliases": aliases,
         "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
         "base": request.student, "parent": request.parent, "transfer_data": dataset.name,
         "transfer_hash": dataset.content_hash, "select_by": request.select_by, "seed": train_config.seed,
         "init": request.init,
     }
+    if aliases:  # config.json travels with every export: the other names of its classes go with it
+        problem.model.config.label_aliases = aliases
     staging = workspace.tmp_dir() / "student"
     save_classifier(problem.model, problem.tokenizer, staging, extra=meta)
     final = workspace.artifact_dir("students") / request.name
@@ -196,7 +200,7 @@ def _save_student(workspace, store, request, method, options, teachers, dataset,
         name=request.name, method=method.name, options=asdict(options), base=str(problem.base_folder), path=str(final),
         labels=labels, parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
         select_by=request.select_by, seed=train_config.seed,
-        train={**_train_record(train_config, result, problem), "init": request.init},
+        train={**_train_record(train_config, result, problem), "init": request.init, "label_aliases": aliases},
         metrics={}, run_id=run.id, losses=losses, task=teachers_task(teachers),
     )
 

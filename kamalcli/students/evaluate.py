@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.labels import label_indices
 from kamalcli.train.metrics import classification_metrics, subset_accuracy
 
 
@@ -28,7 +27,7 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
     texts, gold = _labelled(dataset)
     pred = classifier_logits(folder, texts, student.max_length, device=resolve_device(device),
                              batch_size=batch_size).argmax(axis=1)
-    gold_idx = label_indices(gold, student.labels)
+    gold_idx = student.aliases.indices(gold, student.labels)  # the aliases it was trained with
     metrics = classification_metrics(pred, gold_idx, student.labels)
     if student.parent:
         parent = store.find_student(student.parent)
@@ -76,7 +75,7 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
     for j, name in enumerate(outputs.space.names):
         scores[:, space.index(name)] = local[:, j]
     pred = scores.argmax(axis=1)
-    metrics = classification_metrics(pred, label_indices(gold, space.names), list(space.names))
+    metrics = classification_metrics(pred, space.indices(gold), list(space.names))
     if info is not None:
         metrics["merge"] = info
     store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
@@ -150,7 +149,7 @@ def evaluate_token_student(store, student, dataset, *, device: str = "auto") -> 
     device = resolve_device(device)
     model = load_classifier(folder).to(device)
     pred = student_tags(model, load_tokenizer(folder), sentences, student.labels, student.max_length, device)
-    metrics = entity_scores(gold, pred)
+    metrics = entity_scores(_as_classes(gold, student.aliases), pred)
     store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
     return metrics
 
@@ -172,7 +171,11 @@ def evaluate_token_baseline(workspace, store, baseline: str, dataset, *, device:
     scores = union_word_logits(outputs)
     scores = np.where(outputs.words[..., None], scores, o_row(outputs.space.names, scores.shape[-1]))
     pred = tags_of(scores, [len(s) for s in sentences], outputs.space.names)
-    metrics = entity_scores(gold, pred)
+    metrics = entity_scores(_as_classes(gold, outputs.space.aliases), pred)
     store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
     return metrics
 
+
+def _as_classes(gold: list[list[str]], aliases) -> list[list[str]]:
+    """Gold tags with each entity type as the name of its class (B-PERSON -> B-PER once PERSON is merged into PER)."""
+    return [[aliases.canonical(tag) for tag in sentence] for sentence in gold]

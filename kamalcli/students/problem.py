@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.labels import LabelSpace, label_indices
+from kamalcli.labels import LabelSpace
 from kamalcli.probe.outputs import teacher_outputs
 from kamalcli.probe.runner import generated_fit_line
 from kamalcli.students.plan import AmalgamateRequest, check_task, options_need_rmd, reads_confidences, teachers_task
@@ -69,7 +69,7 @@ def sequence_problem(workspace, store, request, method, options, teachers, datas
         eval_set = store.dataset(request.select_by.split(":", 1)[1])
         eval_texts, gold = load_dataset_rows(eval_set)
         selector = EvalAccuracy(eval_set.name, encode(tokenizer, eval_texts, train_config.max_length, config=model.config),
-                                label_indices(gold, outputs.space.names), device)
+                                outputs.space.indices(gold), device)
         say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
     return Problem(model, tokenizer, base_folder, outputs, probes, encoded, objective, selector, train_rows, held_out)
 
@@ -106,7 +106,7 @@ def token_problem(workspace, store, request, method, options, teachers, dataset,
         eval_set = store.dataset(request.select_by.split(":", 1)[1])
         check_task(eval_set, "token", "--select-by")
         selector = EntityF1Selector(eval_set, tokenizer, list(outputs.space.names), train_config.max_length,
-                                    train_config.device)
+                                    train_config.device, outputs.space.aliases.canonical)
         say(f"Model selection uses the tags of {eval_set.name} (entity F1; recorded with the student).")
     return Problem(model, tokenizer, base_folder, outputs, probes, aligned.encoded, objective, selector, train_rows,
                    held_out)
@@ -187,7 +187,8 @@ def _with_prototype_score(workspace, store, request, options, teachers, dataset,
     encoder = options.encoder
     try:
         scores = prototype_scores(workspace, teachers, dataset, store.dataset(request.rmd_fit), encoder=encoder,
-                                  max_length=train_config.max_length, device=train_config.device, say=say)
+                                  max_length=train_config.max_length, device=train_config.device, say=say,
+                                  canonical=store.label_aliases().canonical)
     except KamalError as error:
         if encoder != DEFAULT_ENCODER or options.confidence_score != "auto":
             raise
@@ -207,7 +208,7 @@ def _feature_context(method, outputs, model, teachers, dataset, runner, texts, e
     from kamalcli.train.phases import Phases
 
     sources = FeatureSources(list(teachers), dataset, runner, texts, encoded, train_config.max_length, device, say)
-    labels = label_indices(gold, outputs.space.names) if gold is not None and method.labels != "no" else None
+    labels = outputs.space.indices(gold) if gold is not None and method.labels != "no" else None
     config = model.config
     return FeatureContext(outputs, sources, config.num_hidden_layers, config.hidden_size, labels,
                           train_config.seed, train_config.batch_size, say, Phases(workdir, train_config, say))
@@ -232,7 +233,10 @@ def _student_model(store, request: AmalgamateRequest, space: LabelSpace, seed: i
         folder = Path(parent.path)
         old = labels_of(folder)
         if list(space.names[: len(old)]) != old:
-            raise KamalError(f"internal: the label space does not start with {parent.name}'s labels")
+            renamed = [f"{a} is now {b}" for a, b in zip(old, space.names) if a != b]
+            raise KamalError(f"{parent.name} was trained over classes this workspace has since merged "
+                             f"({', '.join(renamed) or 'its labels changed'}): `kamal labels split` them to extend it, "
+                             "or amalgamate a new student")
         model = grow_classifier(load_classifier(folder), list(space.names[len(old):]), seed=seed)
         return model, load_tokenizer(folder), folder
     base = resolve_model_source(request.student)

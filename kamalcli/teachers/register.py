@@ -70,8 +70,9 @@ def _notes(store, info: ModelFolder, name: str) -> list[str]:
     space = store.label_space(others)
     # every token teacher has O: the union has one
     shared = {label: ", ".join(space.owners(label)) for label in info.labels
-              if label in space.names and not (task == "token" and label == "O")}
+              if space.indices([label])[0] >= 0 and not (task == "token" and label == "O")}
     notes = [_shared_labels_note(shared)] if shared else []
+    notes += _alike_labels_note(others, info, name, space.aliases)
     tokenizers = {t.tokenizer_fingerprint for t in others if t.tokenizer_fingerprint}
     if others and info.tokenizer_fingerprint and info.tokenizer_fingerprint not in tokenizers:
         notes.append(
@@ -81,6 +82,28 @@ def _notes(store, info: ModelFolder, name: str) -> list[str]:
     if info.dropout in (0, 0.0):
         notes.append(f"{name} has dropout 0: MC-dropout probing needs --dropout P (or --mc-samples 1).")
     return notes
+
+
+def _alike_labels_note(others, info: ModelFolder, name: str, aliases) -> list[str]:
+    """Labels of the new teacher whose names look like another teacher's (kamal labels shows the evidence)."""
+    from kamalcli.errors import KamalError
+    from kamalcli.teachers import label_overlap
+
+    if task_of_architecture(info.architecture) != "sequence" or not others:
+        return []
+    teachers = [(t.name, list(t.labels)) for t in others] + [(name, list(info.labels))]
+    try:
+        vectors = label_overlap.name_vectors(sorted({label for _, labels in teachers for label in labels}),
+                                             label_overlap.DEFAULT_ENCODER)
+    except KamalError:  # the encoder is not installed: names compared by spelling
+        vectors = None
+    alike = [p for p in label_overlap.propose(teachers, vectors, None, aliases.canonical) if name in p.teachers]
+    if not alike:
+        return []
+    pairs = ", ".join(f"{p.labels[p.teachers.index(name)]!r} ~ {p.labels[1 - p.teachers.index(name)]!r} "
+                      f"({p.teachers[1 - p.teachers.index(name)]})" for p in alike[:6])
+    return [f"Labels of {name} look like other teachers' ({pairs}): if they name one class, see `kamal labels` "
+            "and merge them with `kamal labels merge`; otherwise they stay separate classes."]
 
 
 def _shared_labels_note(shared: dict[str, str]) -> str:

@@ -274,6 +274,22 @@ def m009_teacher_weights_stat(db):
     db.execute("ALTER TABLE teachers ADD COLUMN weights_stat TEXT")
 
 
+@migration
+def m010_label_aliases(db):
+    # Label names that name one class of the union (kamal labels merge / split): each alias points at the
+    # class's name. Workspaces made before this migration have none: labels are joined by exact name.
+    _run_script(db,
+        """
+        CREATE TABLE label_aliases (
+            alias TEXT PRIMARY KEY,
+            label TEXT NOT NULL CHECK (label != alias),
+            position INTEGER NOT NULL,
+            created_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        """
+    )
+
+
 def _database_root(db) -> str | None:
     """The workspace folder of a database at ROOT/.kamal/kamal.db (None in memory)."""
     for _, name, file in db.execute("PRAGMA database_list").fetchall():

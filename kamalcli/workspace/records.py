@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kamalcli.errors import KamalError
+from kamalcli.labels import Aliases
 from kamalcli.models.folder import task_of_architecture
 
 
@@ -188,6 +189,11 @@ class Student:
         """Tokens per text the student was trained with (and reads at prediction)."""
         return self.train.get("config", {}).get("max_length", 128)
 
+    @property
+    def aliases(self) -> Aliases:
+        """The other names of its classes when it was trained (kamal labels merge); none for older students."""
+        return Aliases(self.train.get("label_aliases") or {})
+
     def as_json(self) -> dict:
         return {
             "name": self.name,
@@ -197,6 +203,7 @@ class Student:
             "base": self.base,
             "path": self.path,
             "labels": self.labels,
+            "label_aliases": self.aliases.as_json(),
             "parent": self.parent,
             "teachers": [dict(t) for t in self.teachers],
             "select_by": self.select_by,

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 from kamalcli.errors import KamalError
 from kamalcli.files import resolved_path, stored_path
-from kamalcli.labels import LabelSpace
+from kamalcli.labels import Aliases, LabelSpace
 from kamalcli.workspace.locks import Locks
 from kamalcli.workspace.records import Dataset, Export, Probe, RmdFit, Run, Student, Teacher
 
@@ -176,7 +176,37 @@ class Store:
 
     def label_space(self, teachers: list[Teacher] | None = None) -> LabelSpace:
         teachers = self.teachers() if teachers is None else teachers
-        return LabelSpace.from_teachers([(t.name, t.labels) for t in teachers])
+        return LabelSpace.from_teachers([(t.name, t.labels) for t in teachers], aliases=self.label_aliases())
+
+    # -- label aliases (kamal labels merge / split) --------------------------------
+    def label_aliases(self) -> Aliases:
+        rows = self._rows("SELECT alias, label FROM label_aliases ORDER BY position, alias")
+        return Aliases({r["alias"]: r["label"] for r in rows})
+
+    def merge_labels(self, members: list[str], name: str, teachers: list[str]) -> None:
+        """One class named name for every label in members (each the class's name or an alias), in one
+        transaction; the selection figures of these teachers go (they were scored over the old classes)."""
+        with self.transaction():
+            self.db.execute(f"DELETE FROM label_aliases WHERE alias IN ({_marks(members)}) "
+                            f"OR label IN ({_marks(members)})", [*members, *members])
+            start = (self._one("SELECT COALESCE(MAX(position), -1) + 1 AS n FROM label_aliases") or {"n": 0})["n"]
+            for position, alias in enumerate((m for m in members if m != name), start=start):
+                self.db.execute("INSERT INTO label_aliases (alias, label, position, created_at) VALUES (?, ?, ?, ?)",
+                                [alias, name, position, now()])
+            self._forget_selection(teachers)
+
+    def split_label(self, name: str, teachers: list[str]) -> list[str]:
+        """Undo a merge: the class's aliases go; returns them. The teachers' selection figures go too."""
+        aliases = self.label_aliases().of(name)
+        with self.transaction():
+            self.db.execute("DELETE FROM label_aliases WHERE label = ?", [name])
+            self._forget_selection(teachers)
+        return aliases
+
+    def _forget_selection(self, teachers: list[str]) -> None:
+        for row in self._rows("SELECT id, teachers FROM selection"):
+            if set(teachers) & set(_loads(row["teachers"], [])):
+                self.db.execute("DELETE FROM selection WHERE id = ?", [row["id"]])
 
     # -- datasets --------------------------------------------------------
     def _dataset(self, row: dict) -> Dataset:
@@ -483,6 +513,10 @@ class Store:
     def counts(self) -> dict[str, int]:
         tables = ("teachers", "labels", "datasets", "runs", "probes", "students", "exports")
         return {t: self._one(f"SELECT count(*) AS n FROM {t}")["n"] for t in tables}
+
+
+def _marks(values) -> str:
+    return ", ".join("?" for _ in values)
 
 
 def _where(**filters) -> tuple[str, list]:

@@ -1,0 +1,124 @@
+"""kamal labels merge / split: label names of different teachers that name one class of the union.
+
+A merge is recorded in the workspace (the label_aliases table) and read wherever the union is built
+(Store.label_space): the teachers' outputs for the merged names land in one column, gold labels may use any
+of the names, students record the classes they were trained over. Refused in one line, with nothing
+changed: unknown names, names that are one class already, two labels of one teacher, a name taken by
+another class, a sequence label with an entity type, splitting what was never merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kamalcli.errors import KamalError
+from kamalcli.labels import Aliases
+
+OUTSIDE = "O"  # every token teacher's "outside" tag: never merged
+
+
+@dataclass(frozen=True)
+class LabelClass:
+    """One class of the union after a merge or split: its name, every other name, and who teaches it."""
+
+    name: str
+    aliases: tuple[str, ...]
+    teachers: dict[str, tuple[str, ...]]   # teacher -> its labels in the class
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "aliases": list(self.aliases),
+                "teachers": {t: list(labels) for t, labels in self.teachers.items()}}
+
+
+def mergeable_names(teachers) -> dict[str, list[tuple[str, str]]]:
+    """Each label name a user may merge -> [(teacher, task)]: a sequence teacher's labels and a token
+    teacher's entity types (PER for B-PER and I-PER); O is not one."""
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for teacher in teachers:
+        names = teacher.labels if teacher.task == "sequence" else _entity_types(teacher.labels)
+        for name in names:
+            owners.setdefault(name, []).append((teacher.name, teacher.task))
+    return owners
+
+
+def merge_labels(store, labels: list[str], name: str | None = None) -> LabelClass:
+    """Join the classes of these label names into one, named name (default: the first label's class)."""
+    aliases, owners = store.label_aliases(), mergeable_names(store.teachers())
+    classes = list(dict.fromkeys(_class_of(label, aliases, owners) for label in labels))
+    if len(classes) < 2:
+        raise KamalError(f"{' and '.join(map(repr, labels))} are one class already (see `kamal labels`)")
+    members = list(dict.fromkeys(m for c in classes for m in (c, *aliases.of(c))))
+    _check_one_task(members, owners)
+    taught = _teachers_of(members, owners)
+    name = name if name is not None else classes[0]
+    _check_name(name, members, aliases, owners)
+    store.merge_labels(members, name, list(taught))
+    return _label_class(name, members, owners)
+
+
+def split_label(store, label: str) -> LabelClass:
+    """Undo the merge that holds label: every name of its class is its own class again."""
+    aliases, owners = store.label_aliases(), mergeable_names(store.teachers())
+    name = aliases.canonical(label)
+    if not aliases.of(name):
+        known = label in owners or label in aliases.to.values()
+        raise KamalError(f"{label!r} was never merged with another label (see `kamal labels`)" if known else
+                         f"no label {label!r}: not a label of any teacher (see `kamal labels`)")
+    merged = _label_class(name, [name, *aliases.of(name)], owners)
+    store.split_label(name, list(merged.teachers))
+    return merged
+
+
+def label_classes(store) -> list[LabelClass]:
+    """Every merged class of the workspace, in the order the merges were made."""
+    aliases, owners = store.label_aliases(), mergeable_names(store.teachers())
+    names = list(dict.fromkeys(aliases.to.values()))
+    return [_label_class(n, [n, *aliases.of(n)], owners) for n in names]
+
+
+def _class_of(label: str, aliases: Aliases, owners: dict) -> str:
+    if label == OUTSIDE:
+        raise KamalError("O is every token teacher's 'outside' tag: it cannot be merged")
+    if label not in owners and label not in aliases.to.values():
+        raise KamalError(f"no label {label!r}: not a label of any teacher (see `kamal labels`)")
+    return aliases.canonical(label)
+
+
+def _check_one_task(members: list[str], owners: dict) -> None:
+    tasks = {task for m in members for _, task in owners.get(m, [])}
+    if len(tasks) > 1:
+        raise KamalError(f"{', '.join(members)} mix text labels and entity types: only names of one kind merge")
+
+
+def _teachers_of(members: list[str], owners: dict) -> dict[str, list[str]]:
+    """teacher -> its labels among members; refused when a teacher has two (its classes stay apart)."""
+    taught: dict[str, list[str]] = {}
+    for member in members:
+        for teacher, _ in owners.get(member, []):
+            taught.setdefault(teacher, []).append(member)
+    for teacher, labels in taught.items():
+        if len(labels) > 1:
+            raise KamalError(f"{labels[0]!r} and {labels[1]!r} are both labels of teacher {teacher}: a teacher's "
+                             "own classes stay apart (its head tells them apart)")
+    return taught
+
+
+def _check_name(name: str, members: list[str], aliases: Aliases, owners: dict) -> None:
+    if not name.strip() or name != name.strip() or "," in name:
+        raise KamalError(f"{name!r} is not a usable class name (no commas, no leading or trailing spaces)")
+    if name == OUTSIDE or (name not in members and (name in owners or name in aliases.to
+                                                    or name in aliases.to.values())):
+        other = aliases.canonical(name)
+        raise KamalError(f"{name!r} is already the name of another class ({other}); pick another --as")
+
+
+def _label_class(name: str, members: list[str], owners: dict) -> LabelClass:
+    taught: dict[str, list[str]] = {}
+    for member in members:
+        for teacher, _ in owners.get(member, []):
+            taught.setdefault(teacher, []).append(member)
+    return LabelClass(name, tuple(m for m in members if m != name), {t: tuple(v) for t, v in taught.items()})
+
+
+def _entity_types(tags) -> list[str]:
+    return list(dict.fromkeys(t[2:] for t in tags if t[:2] in ("B-", "I-")))
