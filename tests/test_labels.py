@@ -154,3 +154,18 @@ def test_extend_refines_with_a_renamed_teacher(renamed, assets, tmp_path):
     grown = next(s for s in kamal.json("students") if s["name"] == "s2")
     assert grown["labels"] == ["world", "sports", "sport", "business"]  # refined: no duplicate classes
     assert grown["label_aliases"] == {"Sports": "sports", "World": "world"}
+
+
+def test_exports_carry_the_aliases(renamed, assets, tmp_path):
+    kamal, _ = renamed
+    kamal("labels", "merge", "sports", "sport")
+    kamal("amalgamate", "--method", "vanilla-kd", "--name", "s", "--student", assets["encoder"], "--epochs", 1,
+          "--batch-size", 16, "--max-length", 32, "--mc-samples", 1)
+    kamal("export", "s", "--onnx")
+    folder = kamal.workspace / ".kamal" / "artifacts" / "exports" / "s"
+    assert json.loads((folder / "config.json").read_text())["label_aliases"] == {"sport": "sports"}
+    card = (folder / "README.md").read_text()
+    assert "| id | label | also called |" in card and "| 1 | sports | sport |" in card
+    kamal("export", "s", "--hf", "--out", tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["label_aliases"] == {"sport": "sports"}
+    assert "| 1 | sports | sport |" in (tmp_path / "hf" / "README.md").read_text()

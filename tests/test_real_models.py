@@ -111,3 +111,16 @@ def test_prototypes_in_the_real_shared_encoder_tell_real_topics_apart(tmp_path):
     owner = np.array([0 if r["label"] in names[:3] else 1 for r in held])
     assert np.allclose(shares.sum(axis=1), 1.0)
     assert (shares.argmax(axis=1) == owner).mean() > 0.75
+
+
+@pytest.mark.slow
+def test_label_names_in_the_real_shared_encoder_tell_synonyms_from_related_classes():
+    """kamal labels' name evidence: synonyms above the default threshold, related but different classes below."""
+    from kamalcli.teachers.label_overlap import DEFAULT_THRESHOLD, name_similarity, name_vectors
+
+    vectors = name_vectors(["sound", "audio", "mail", "email", "net", "network", "web", "math", "science"],
+                           "minilm-l6")
+    for a, b in (("sound", "audio"), ("mail", "email"), ("net", "network")):
+        assert name_similarity(a, b, vectors) > 0.7, (a, b)
+    for a, b in (("net", "web"), ("math", "science"), ("network", "web")):
+        assert name_similarity(a, b, vectors) < DEFAULT_THRESHOLD, (a, b)
