@@ -169,3 +169,25 @@ def test_exports_carry_the_aliases(renamed, assets, tmp_path):
     kamal("export", "s", "--hf", "--out", tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["label_aliases"] == {"sport": "sports"}
     assert "| 1 | sports | sport |" in (tmp_path / "hf" / "README.md").read_text()
+
+
+def test_entity_types_merge_for_token_teachers(kamal, tmp_path):
+    """PERSON into PER: one B-/I- pair in the union, gold tags under either name."""
+    encoder = tiny.make_encoder(tmp_path / "encoder", seed=6)
+    kamal("add-teacher", tiny.make_token_classifier(tmp_path / "t1", ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],
+                                                    seed=1), "--name", "perloc")
+    kamal("add-teacher", tiny.make_token_classifier(tmp_path / "t2", ["O", "B-PERSON", "I-PERSON"], seed=2),
+          "--name", "person")
+    kamal("add-data", tiny.write_jsonl(tmp_path / "pool.jsonl", tiny.ner_rows(40, seed=2, tagged=False)),
+          "--name", "pool")
+    renamed = [{**r, "tags": [t.replace("PER", "PERSON") for t in r["tags"]]} for r in tiny.ner_rows(12, seed=3)]
+    kamal("add-data", tiny.write_jsonl(tmp_path / "test.jsonl", renamed), "--name", "test", "--role", "eval")
+    kamal("labels", "merge", "PER", "PERSON")
+    assert "B-PERSON (= B-PER)" in kamal("teachers").output
+    kamal("amalgamate", "--method", "vanilla-kd", "--name", "s", "--student", encoder, "--data", "pool",
+          "--epochs", 1, "--batch-size", 16, "--max-length", 32, "--mc-samples", 1)
+    student = next(s for s in kamal.json("students") if s["name"] == "s")
+    assert student["labels"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    assert student["label_aliases"] == {"PERSON": "PER"}
+    metrics = kamal.json("eval", "s", "--data", "test")
+    assert "PERSON" not in metrics["per_type"] and metrics["per_type"]["PER"]["support"] > 0
