@@ -88,7 +88,7 @@ def test_merge_applies_to_union_students_eval_and_split_undoes(renamed, assets, 
     kamal, _ = renamed
     kamal("probe", "--data", "pool", "--mc-samples", 2, "--no-rmd")
     view = kamal.json("labels")
-    assert set(view) == {"labels", "aliases", "classes", "proposals", "evidence", "notes"}
+    assert set(view) == {"labels", "tags", "aliases", "classes", "proposals", "evidence", "notes"}
     assert view["labels"] == ["world", "sports", "sport", "business"]
     same = [p for p in view["proposals"] if p["kind"] == "same"]
     assert [(p["labels"], p["names"]) for p in same][:1] == [(["sports", "sport"], 1.0)]
@@ -182,7 +182,11 @@ def test_entity_types_merge_for_token_teachers(kamal, tmp_path):
           "--name", "pool")
     renamed = [{**r, "tags": [t.replace("PER", "PERSON") for t in r["tags"]]} for r in tiny.ner_rows(12, seed=3)]
     kamal("add-data", tiny.write_jsonl(tmp_path / "test.jsonl", renamed), "--name", "test", "--role", "eval")
+    view = kamal.json("labels")
+    assert view["tags"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-PERSON", "I-PERSON"]
+    assert [(p["kind"], p["labels"]) for p in view["proposals"]] == []  # PER and PERSON differ in spelling
     kamal("labels", "merge", "PER", "PERSON")
+    assert kamal.json("labels")["tags"] == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     assert "B-PERSON (= B-PER)" in kamal("teachers").output
     kamal("amalgamate", "--method", "vanilla-kd", "--name", "s", "--student", encoder, "--data", "pool",
           "--epochs", 1, "--batch-size", 16, "--max-length", 32, "--mc-samples", 1)

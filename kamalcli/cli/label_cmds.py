@@ -39,7 +39,10 @@ def labels(ctx: click.Context, data: str | None, threshold: float, encoder: str 
         return
     for line in view.notes:
         note(line)
-    click.echo(f"Union label space ({len(view.space)}): {', '.join(view.space.names) or 'empty (add a teacher)'}")
+    if len(view.space) or not len(view.tags):
+        click.echo(f"Union label space ({len(view.space)}): {', '.join(view.space.names) or 'empty (add a teacher)'}")
+    if len(view.tags):
+        click.echo(f"Union tag set of the token teachers ({len(view.tags)}): {', '.join(view.tags.names)}")
     for merged in view.classes:
         click.echo(f"  {merged.name} = {', '.join(merged.aliases)} "
                    f"({_taught(merged)})")

@@ -35,7 +35,7 @@ def mergeable_names(teachers) -> dict[str, list[tuple[str, str]]]:
     teacher's entity types (PER for B-PER and I-PER); O is not one."""
     owners: dict[str, list[tuple[str, str]]] = {}
     for teacher in teachers:
-        names = teacher.labels if teacher.task == "sequence" else _entity_types(teacher.labels)
+        names = teacher.labels if teacher.task == "sequence" else entity_types(teacher.labels)
         for name in names:
             owners.setdefault(name, []).append((teacher.name, teacher.task))
     return owners
@@ -120,5 +120,6 @@ def _label_class(name: str, members: list[str], owners: dict) -> LabelClass:
     return LabelClass(name, tuple(m for m in members if m != name), {t: tuple(v) for t, v in taught.items()})
 
 
-def _entity_types(tags) -> list[str]:
+def entity_types(tags) -> list[str]:
+    """A token teacher's entity types, in tag order (PER for B-PER and I-PER)."""
     return list(dict.fromkeys(t[2:] for t in tags if t[:2] in ("B-", "I-")))

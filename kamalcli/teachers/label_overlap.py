@@ -172,7 +172,8 @@ def _quote(label: str) -> str:
 class LabelView:
     """What `kamal labels` shows: the union, the merged classes, the proposals and what they rest on."""
 
-    space: object
+    space: object                     # the text classifiers' union (LabelSpace)
+    tags: object                      # the token classifiers' union of tags (LabelSpace; empty without them)
     classes: list
     proposals: list[Proposal]
     data: str | None                  # the dataset whose rows gave the behaviour evidence
@@ -180,39 +181,37 @@ class LabelView:
     notes: list[str]
 
     def as_json(self) -> dict:
-        return {"labels": list(self.space.names), "aliases": self.space.aliases.as_json(),
-                "classes": [c.as_json() for c in self.classes],
+        return {"labels": list(self.space.names), "tags": list(self.tags.names),
+                "aliases": self.space.aliases.as_json(), "classes": [c.as_json() for c in self.classes],
                 "proposals": [p.as_json() for p in self.proposals],
                 "evidence": {"data": self.data, "encoder": self.encoder}, "notes": self.notes}
 
 
 def label_view(store, *, data: str | None = None, encoder: str | None = None,
                threshold: float = DEFAULT_THRESHOLD) -> LabelView:
-    """The union of every teacher's labels, the merges made, and proposals for labels that may be one class.
+    """The union of every teacher's labels, the merges made, and proposals for labels that may be one class:
+    text classifiers' labels with names and behaviour, token classifiers' entity types by name.
     encoder: the sentence encoder comparing names (default: the prototype score's)."""
     from kamalcli.errors import KamalError
-    from kamalcli.teachers.label_merges import label_classes
+    from kamalcli.teachers.label_merges import entity_types, label_classes
 
     if not 0 < threshold <= 1:
         raise KamalError(f"--threshold must be in (0, 1], not {threshold}")
-    teachers = store.teachers()
     aliases, notes = store.label_aliases(), []
-    sequence = [t for t in teachers if t.task == "sequence"]
-    token = [t for t in teachers if t.task == "token"]
-    named = [(t.name, list(t.labels)) for t in sequence]
-    named += [(t.name, list(dict.fromkeys(tag[2:] for tag in t.labels if tag[:2] in ("B-", "I-")))) for t in token]
+    sequence, token = store.teachers_of_task("sequence"), store.teachers_of_task("token")
+    text_labels = [(t.name, list(t.labels)) for t in sequence]
+    types = [(t.name, entity_types(t.labels)) for t in token]
     vectors, encoder = None, encoder or DEFAULT_ENCODER
     try:
-        vectors = name_vectors(sorted({label for _, labels in named for label in labels}), encoder)
+        vectors = name_vectors(sorted({label for _, labels in text_labels + types for label in labels}), encoder)
     except KamalError as error:
         notes.append(f"Names compared by spelling only: {error}")
         encoder = None
     dataset, top = _behaviour(store, sequence, data, notes)
-    proposals = propose(named[: len(sequence)], vectors, top, aliases.canonical, threshold,
-                        dataset.name if dataset else "")
-    proposals += propose(named[len(sequence):], vectors, None, aliases.canonical, threshold)
-    return LabelView(store.label_space(sequence), label_classes(store), sorted(proposals, key=lambda p: -p.score),
-                     dataset.name if dataset else None, encoder, notes)
+    proposals = (propose(text_labels, vectors, top, aliases.canonical, threshold, dataset.name if dataset else "")
+                 + propose(types, vectors, None, aliases.canonical, threshold))
+    return LabelView(store.label_space(sequence), store.label_space(token), label_classes(store),
+                     sorted(proposals, key=lambda p: -p.score), dataset.name if dataset else None, encoder, notes)
 
 
 def name_vectors(names: list[str], encoder: str) -> dict[str, np.ndarray]:
