@@ -195,3 +195,18 @@ def test_entity_types_merge_for_token_teachers(kamal, tmp_path):
     assert student["label_aliases"] == {"PERSON": "PER"}
     metrics = kamal.json("eval", "s", "--data", "test")
     assert "PERSON" not in metrics["per_type"] and metrics["per_type"]["PER"]["support"] > 0
+
+
+def test_a_run_resumes_only_under_the_merges_it_started_with(renamed, assets, interrupt_training):
+    kamal, _ = renamed
+    kamal("labels", "merge", "sports", "sport")
+    interrupt_training(3)
+    kamal("amalgamate", "--method", "vanilla-kd", "--name", "cut", "--student", assets["encoder"], "--epochs", 2,
+          "--batch-size", 16, "--max-length", 32, "--mc-samples", 1, "--checkpoint-every", 2, code=130)
+    interrupt_training(None)
+    kamal("labels", "split", "sports")
+    refused = kamal("amalgamate", "--resume", "cut", code=2)
+    assert "the label merges changed since cut started (then: sport = sports; now: none)" in refused.output
+    kamal("labels", "merge", "sports", "sport")
+    kamal("amalgamate", "--resume", "cut")
+    assert next(s for s in kamal.json("students") if s["name"] == "cut")["labels"] == ["world", "sports", "business"]

@@ -13,8 +13,8 @@ from pathlib import Path
 from kamalcli.errors import KamalError
 from kamalcli.probe.runner import ProbeRequest
 from kamalcli.probe.teacher_weights import refresh_teachers
-from kamalcli.students.plan import (AmalgamateRequest, canonical_init, options_need_rmd, plan, reads_confidences,
-                                    teachers_task, training_options, transfer_note)
+from kamalcli.students.plan import (AmalgamateRequest, canonical_init, options_need_rmd, pin_label_aliases, plan,
+                                    reads_confidences, teachers_task, training_options, transfer_note)
 from kamalcli.students.problem import build_problem
 
 
@@ -27,7 +27,7 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     teachers = refresh_teachers(workspace, store, teachers, say)  # before any cached output is read
     store.claim("student", name, exclusive=True)
     store.claim_inputs(teachers, [dataset])
-    request = replace(request, name=name, init=canonical_init(request.init))
+    request = pin_label_aliases(store, replace(request, name=name, init=canonical_init(request.init)), teachers)
     token_level = teachers_task(teachers) == "token"
     _check_processes(method, token_level)
     train_config = TrainConfig(**request.train)

@@ -31,9 +31,25 @@ class AmalgamateRequest:
     auto: dict | None = None           # score=auto as decided before any work (kamalcli/probe/auto_score.py)
     gate: dict | None = None           # muki-hard commit=auto: the measured selection it commits by
     init: str | None = None            # merge[:METHOD]: the student's encoder starts as the teachers' merged ones
+    label_aliases: dict | None = None  # kamal labels merge: the merges the run started with (a resume needs the same)
 
     def as_json(self) -> dict:
         return asdict(self)
+
+
+def pin_label_aliases(store, request: AmalgamateRequest, teachers) -> AmalgamateRequest:
+    """The merges among these teachers' labels, recorded when the run starts; a resumed run is refused in one
+    line when they changed since (its checkpoint has one output per class it started with)."""
+    space = store.label_space(teachers)
+    now = space.aliases.within(space.names).as_json()
+    if request.label_aliases is None:
+        return replace(request, label_aliases=now)
+    if request.label_aliases != now:
+        was = ", ".join(f"{a} = {b}" for a, b in request.label_aliases.items()) or "none"
+        raise KamalError(f"the label merges changed since {request.name} started (then: {was}; now: "
+                         f"{', '.join(f'{a} = {b}' for a, b in now.items()) or 'none'}): merge or split them back "
+                         "with `kamal labels` to resume it, or train a new student")
+    return request
 
 
 def teachers_task(teachers) -> str:
