@@ -143,15 +143,19 @@ def proposals(ws: Workspace, truth_of: dict | None) -> dict:
             "proposals": view["proposals"]}
 
 
-def accuracy(ws: Workspace, student: str, name_class: dict) -> float:
-    """The student's test accuracy with every label name scored as its true class (aliases mapped)."""
+def accuracy(ws: Workspace, student: str, name_class: dict) -> tuple[float, float]:
+    """The student's test accuracy with every label name scored as its true class (aliases mapped), and as
+    `kamal eval` scores it: a prediction counts when it is the gold label's name, or one of the student's own
+    aliases of it (the names it was trained with)."""
     rows = [json.loads(line) for line in (ws.root / "data" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
     texts = ws.root / "data" / "test-texts.txt"
     texts.write_text("".join(" ".join(r["text"].split()) + "\n" for r in rows), encoding="utf-8")
-    predicted = ws.json("predict", student, "--file", texts)
+    predicted = [p["label"] for p in ws.json("predict", student, "--file", texts)]
     gold = [name_class.get(r["label"], r["label"]) for r in rows]
-    pred = [name_class.get(p["label"], p["label"]) for p in predicted]
-    return sum(g == p for g, p in zip(gold, pred)) / len(gold)
+    mapped = sum(g == name_class.get(p, p) for g, p in zip(gold, predicted)) / len(gold)
+    own = next(s for s in ws.json("students") if s["name"] == student)["label_aliases"]
+    by_name = sum(own.get(r["label"], r["label"]) == own.get(p, p) for r, p in zip(rows, predicted)) / len(rows)
+    return mapped, by_name
 
 
 def merged(ws: Workspace, groups: list[list[str]]) -> None:
@@ -171,23 +175,24 @@ def students(ws: Workspace, setting_name: str, seed: int, steps: int | None) -> 
     found = [p["labels"] for p in ws.json("labels")["proposals"] if p["kind"] == "same"]
     oracle = [sorted(pair) for pair in truth_of["same"]] + [list(pair) for pair in truth_of["nested"]]
     plans = {"none": [], "proposals": found, "oracle": oracle}
-    out, trained = {}, {}
+    out = {}
     budget = ("--steps", steps) if steps else ()
-    for name, groups in plans.items():
-        key = frozenset(frozenset(g) for g in groups)
-        if key in trained:  # the same merges train the same student (same seed, same data): reuse it
-            out[name] = {**out[trained[key]], "same_student_as": trained[key]}
-            continue
+    for plan, groups in plans.items():
+        name = student_name(groups)  # the same merges train the same student (same seed, same data): one name
         split_all(ws)
         merged(ws, groups)
         if not ws.has_student(name):
             ws("probe", "--data", "pool", quiet=True)
             ws("amalgamate", "--method", "muki-hard", "--name", name, "--seed", seed, *budget, quiet=True)
         classes = len(next(s for s in ws.json("students") if s["name"] == name)["labels"])
-        out[name] = {"accuracy": accuracy(ws, name, truth_of["name_class"]), "merges": groups, "classes": classes}
-        trained[key] = name
+        mapped, by_name = accuracy(ws, name, truth_of["name_class"])
+        out[plan] = {"student": name, "accuracy": mapped, "by_name": by_name, "merges": groups, "classes": classes}
     split_all(ws)
     return out
+
+
+def student_name(groups: list[list[str]]) -> str:
+    return "none" if not groups else "merged-" + "-".join(sorted("_".join(sorted(g)) for g in groups))
 
 
 RENAMED = {"audio": ["sound"], "gaming": ["games"], "network": ["net"]}  # a new teacher's renamed copies
@@ -208,7 +213,8 @@ def extend(seed: int, steps: int | None) -> dict:
         ws("add-teacher", folders["c"], "--name", "c", quiet=True)
     name_class = {alias: classes[0] for alias, classes in RENAMED.items()}
     budget = ("--steps", steps) if steps else ()
-    out = {"before": {"accuracy": accuracy(ws, "default", name_class)}}
+    mapped, by_name = accuracy(ws, "default", name_class)
+    out = {"before": {"accuracy": mapped, "by_name": by_name}}
     for name, merge in (("grown", False), ("refined", True)):
         split_all(ws)
         if merge:
@@ -218,7 +224,8 @@ def extend(seed: int, steps: int | None) -> dict:
             ws("extend", "default", "--teacher", "c", "--name", name, "--seed", seed, *budget,
                *(("--refine",) if merge else ()), quiet=True)
         classes = len(next(s for s in ws.json("students") if s["name"] == name)["labels"])
-        out[name] = {"accuracy": accuracy(ws, name, name_class), "classes": classes}
+        mapped, by_name = accuracy(ws, name, name_class)
+        out[name] = {"accuracy": mapped, "by_name": by_name, "classes": classes}
     split_all(ws)
     return out
 
@@ -276,20 +283,20 @@ def main() -> None:
             print(f"  {setting} seed {seed}: {p['kind']} {p['labels']} score {p['score']:.2f} names {p['names']:.2f}"
                   f" kappa {p['behaviour']['kappa'] if p['behaviour'] else '-'}")
     if args.students:
-        print("\n| setting | seed | student | merges | classes | accuracy % (aliases mapped) |")
-        print("|---|---|---|---|---|---|")
+        print("\n| setting | seed | plan (student) | merges | classes | accuracy % (aliases mapped) | accuracy % (by name) |")
+        print("|---|---|---|---|---|---|---|")
         for seed in args.seed or [1]:
             for setting in args.setting or sorted(SETTINGS):
-                for name, r in students(prepare(setting, seed), setting, seed, args.steps).items():
-                    same = f" (= {r['same_student_as']})" if "same_student_as" in r else ""
-                    print(f"| {setting} | {seed} | {name}{same} | {r['merges'] or '-'} | {r['classes']} | "
-                          f"{pct(r['accuracy'])} |", flush=True)
+                for plan, r in students(prepare(setting, seed), setting, seed, args.steps).items():
+                    print(f"| {setting} | {seed} | {plan} ({r['student']}) | {r['merges'] or '-'} | {r['classes']} | "
+                          f"{pct(r['accuracy'])} | {pct(r['by_name'])} |", flush=True)
     if args.extend:
-        print("\n| seed | student | classes | accuracy % (aliases mapped) |")
-        print("|---|---|---|---|")
+        print("\n| seed | student | classes | accuracy % (aliases mapped) | accuracy % (by name) |")
+        print("|---|---|---|---|---|")
         for seed in args.seed or [1]:
             for name, r in extend(seed, args.steps).items():
-                print(f"| {seed} | {name} | {r.get('classes', 10)} | {pct(r['accuracy'])} |", flush=True)
+                print(f"| {seed} | {name} | {r.get('classes', 10)} | {pct(r['accuracy'])} | {pct(r['by_name'])} |",
+                      flush=True)
 
 
 if __name__ == "__main__":
