@@ -155,7 +155,9 @@ def test_auto_device_on_cpu_machine_is_silent(exported, capfd):
 
     capfd.readouterr()
     clf = OnnxClassifier(exported.path, device="auto")
-    clf.predict(["goal match"])
+    # within the tiny model's 64 positions: the note on cutting longer texts is said once per process, so it
+    # came out here or not depending on which test ran before in this worker
+    clf.predict(["goal match"], max_length=64)
     assert clf.providers == ["CPUExecutionProvider"]
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
