@@ -210,3 +210,14 @@ def test_a_run_resumes_only_under_the_merges_it_started_with(renamed, assets, in
     kamal("labels", "merge", "sports", "sport")
     kamal("amalgamate", "--resume", "cut")
     assert next(s for s in kamal.json("students") if s["name"] == "cut")["labels"] == ["world", "sports", "business"]
+
+
+def test_probe_figures_read_gold_labels_through_the_merge(renamed, tmp_path):
+    kamal, _ = renamed
+    kamal("labels", "merge", "sports", "sport")
+    gold = tiny.topic_rows(["world", "sports", "business"], 5, seed=4)  # gold says sports, club says sport
+    kamal("add-data", tiny.write_jsonl(tmp_path / "gold.jsonl", gold), "--name", "gold", "--role", "eval")
+    kamal("probe", "--data", "gold", "--mc-samples", 2, "--no-rmd")
+    probes = {p["teacher"]: p for p in kamal.json("report")["probes"] if p["data"] == "gold"}
+    assert probes["club"]["in_domain_rows"] == 10 and probes["news"]["in_domain_rows"] == 10
+    assert [s for s in kamal.json("report")["selection"] if s["data"] == "gold"]
