@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import DEFAULT_DATA, WORK, Workspace, load_split, sample  # noqa: E402
-from readme_walk import fresh, write  # noqa: E402
+from readme_walk import fresh, with_teachers_and_data, write  # noqa: E402
 
 # teacher -> {its label: the topics10 classes it covers}
 SETTINGS = {
@@ -90,16 +90,22 @@ def truth(setting: dict) -> dict:
 
 def teacher_folders(setting_name: str, seed: int) -> dict[str, str]:
     """The setting's two teachers, trained elsewhere: name -> folder."""
-    setting = SETTINGS[setting_name]
-    source = fresh(WORK / f"labels-source-{setting_name}-{seed}")
+    return train_elsewhere(WORK / f"labels-source-{setting_name}-{seed}", SETTINGS[setting_name],
+                           {name: f"{setting_name}-{name}-{seed}" for name in SETTINGS[setting_name]}, seed)
+
+
+def train_elsewhere(root: Path, teachers: dict, salts: dict[str, str], seed: int) -> dict[str, str]:
+    """Teachers ({name: {its label: the topics10 classes it covers}}) trained in their own workspace, each on
+    its own 2,000-row sample of the train split (salts[name]) relabelled with its names: name -> folder."""
+    source = fresh(root)
     known = {d["name"] for d in source.json("data")}
     train = load_split(DEFAULT_DATA, "train")
-    for name, labels in setting.items():
+    for name, labels in teachers.items():
         data = f"private-{name}"
         if data not in known:
             owner = {c: label for label, classes in labels.items() for c in classes}
             rows = [{"text": r["text"], "label": owner[r["label"]]}
-                    for r in sample(train, 2000, f"{setting_name}-{name}-{seed}") if r["label"] in owner]
+                    for r in sample(train, 2000, salts[name]) if r["label"] in owner]
             source("add-data", write(source.root / "data" / f"{data}.jsonl", rows, True), "--name", data,
                    "--role", "eval", quiet=True)
         if not source.has_teacher(name):
@@ -110,19 +116,7 @@ def teacher_folders(setting_name: str, seed: int) -> dict[str, str]:
 
 def prepare(setting_name: str, seed: int) -> Workspace:
     """A fresh workspace with the setting's teachers added as folders, the pool and the test rows, probed."""
-    folders = teacher_folders(setting_name, seed)
-    ws = fresh(WORK / f"labels-{setting_name}-{seed}")
-    for name, folder in folders.items():
-        if not ws.has_teacher(name):
-            ws("add-teacher", folder, "--name", name, quiet=True)
-    known = {d["name"] for d in ws.json("data")}
-    if "pool" not in known:
-        ws("add-data", write(ws.root / "data" / "pool.jsonl", load_split(DEFAULT_DATA, "dev"), False),
-           "--name", "pool", quiet=True)
-    if "test" not in known:
-        test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
-        ws("add-data", write(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
-           quiet=True)
+    ws = with_teachers_and_data(WORK / f"labels-{setting_name}-{seed}", teacher_folders(setting_name, seed), seed)
     ws("probe", "--data", "pool", quiet=True)
     return ws
 
@@ -208,7 +202,7 @@ def extend(seed: int, steps: int | None) -> dict:
         shutil.copytree(source, root, symlinks=True)
         shutil.rmtree(root / ".kamal" / "locks", ignore_errors=True)
     ws = Workspace(root)
-    folders = teacher_folders_renamed(seed)
+    folders = train_elsewhere(WORK / f"labels-source-renamed-{seed}", {"c": RENAMED}, {"c": f"renamed-{seed}"}, seed)
     if not ws.has_teacher("c"):
         ws("add-teacher", folders["c"], "--name", "c", quiet=True)
     name_class = {alias: classes[0] for alias, classes in RENAMED.items()}
@@ -228,19 +222,6 @@ def extend(seed: int, steps: int | None) -> dict:
         out[name] = {"accuracy": mapped, "by_name": by_name, "classes": classes}
     split_all(ws)
     return out
-
-
-def teacher_folders_renamed(seed: int) -> dict[str, str]:
-    source = fresh(WORK / f"labels-source-renamed-{seed}")
-    if not source.has_teacher("c"):
-        owner = {c: alias for alias, classes in RENAMED.items() for c in classes}
-        rows = [{"text": r["text"], "label": owner[r["label"]]}
-                for r in sample(load_split(DEFAULT_DATA, "train"), 2000, f"renamed-{seed}") if r["label"] in owner]
-        source("add-data", write(source.root / "data" / "private-c.jsonl", rows, True), "--name", "private-c",
-               "--role", "eval", quiet=True)
-        source("train-teacher", "private-c", "--labels", ",".join(RENAMED), "--name", "c", "--epochs", 2,
-               "--seed", seed, quiet=True)
-    return {t["name"]: t["path"] for t in source.json("teachers")}
 
 
 def pct(x) -> str:

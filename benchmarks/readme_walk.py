@@ -66,9 +66,10 @@ def teachers(seed: int) -> dict[str, str]:
     return {t["name"]: t["path"] for t in source.json("teachers")}
 
 
-def walk(seed: int, synthesize: int, tag: str = "", ablation: bool = False) -> dict:
-    folders = teachers(seed)
-    ws = fresh(WORK / f"walk-{seed}-synth{synthesize}{tag}")
+def with_teachers_and_data(root: Path, folders: dict[str, str], seed: int) -> Workspace:
+    """A fresh workspace with teachers trained elsewhere added as folders, the pool (the dev split: rows no
+    teacher trained on) and 600 labelled test rows."""
+    ws = fresh(root)
     for name, folder in folders.items():
         if not ws.has_teacher(name):
             ws("add-teacher", folder, "--name", name, quiet=True)
@@ -76,9 +77,17 @@ def walk(seed: int, synthesize: int, tag: str = "", ablation: bool = False) -> d
     if "pool" not in known:
         ws("add-data", write(ws.root / "data" / "pool.jsonl", load_split(DEFAULT_DATA, "dev"), False),
            "--name", "pool", quiet=True)
+    if "test" not in known:
         test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
         ws("add-data", write(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
            quiet=True)
+    return ws
+
+
+def walk(seed: int, synthesize: int, tag: str = "", ablation: bool = False) -> dict:
+    folders = teachers(seed)
+    ws = with_teachers_and_data(WORK / f"walk-{seed}-synth{synthesize}{tag}", folders, seed)
+    known = {d["name"] for d in ws.json("data")}
     if synthesize and "synth" not in known:
         ws("synthesize", "--per-class", synthesize, "--name", "synth", "--prompt",
            "Write a one-sentence description of a Debian software package about {label}.", quiet=True)

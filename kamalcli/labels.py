@@ -93,6 +93,10 @@ class Aliases:
         kept |= {kind for n in kept for prefix, dash, kind in [n.partition("-")] if dash and prefix in ("B", "I")}
         return Aliases({a: t for a, t in self.to.items() if t in kept})
 
+    def canonical_rows(self, rows: Sequence[Sequence[str]]) -> list[list[str]]:
+        """Gold tag sequences with each tag as its class's (B-PERSON -> B-PER once PERSON is merged into PER)."""
+        return [[self.canonical(tag) for tag in row] for row in rows]
+
     def indices(self, gold: Sequence[str], names: Sequence[str]) -> np.ndarray:
         """Each gold label's position in names, either side read through the aliases; -1 where none matches."""
         return label_indices([self.canonical(g) for g in gold], [self.canonical(n) for n in names])
@@ -142,6 +146,10 @@ class LabelSpace:
     def indices(self, gold: Sequence[str]) -> np.ndarray:
         """Each gold label's column (any alias of a class finds it); -1 for labels outside the space."""
         return self.aliases.indices(gold, self.names)
+
+    def knows(self, label: str) -> bool:
+        """Whether the label, or a class it is another name of, is in the space."""
+        return self.aliases.canonical(label) in self.names
 
     def owners(self, label: str) -> list[str]:
         col = self.index(label)

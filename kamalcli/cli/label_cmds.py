@@ -60,11 +60,8 @@ def labels(ctx: click.Context, data: str | None, threshold: float, encoder: str 
 @pass_app
 def merge(app: App, names: tuple[str, ...], as_name: str | None) -> None:
     """Make labels of different teachers one class of the union (students trained from now on)."""
-    from kamalcli.errors import KamalError
     from kamalcli.teachers.label_merges import merge_labels
 
-    if len(names) < 2:
-        raise KamalError("give two labels or more to merge (see `kamal labels`)")
     with app.writer() as store:
         merged = merge_labels(store, list(names), as_name)
     click.echo(f"Merged into one class {merged.name}: {', '.join([merged.name, *merged.aliases])} "

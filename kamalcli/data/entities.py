@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
+from kamalcli.labels import Aliases
+
 
 def spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     """BIO tags -> (type, start, end exclusive) per entity."""
@@ -93,13 +95,13 @@ class EntityF1Selector:
 
     higher_is_better = True
 
-    def __init__(self, dataset, tokenizer, names, max_length: int, device: str, canonical=lambda tag: tag):
-        """canonical: a gold tag as the name of its class (kamal labels merge)."""
+    def __init__(self, dataset, tokenizer, names, max_length: int, device: str, aliases: Aliases | None = None):
+        """aliases: other names of the classes (kamal labels merge) the gold tags may use."""
         from kamalcli.data.tokens import load_token_rows
 
         self.name = f"eval:{dataset.name}"
         self.sentences, gold = load_token_rows(dataset)
-        self.gold = [[canonical(tag) for tag in sentence] for sentence in gold]
+        self.gold = (aliases or Aliases()).canonical_rows(gold)
         self.tokenizer, self.names, self.max_length, self.device = tokenizer, names, max_length, device
 
     def measure(self, model) -> float:

@@ -383,9 +383,8 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
     counts = table.label_counts()
     if counts is not None:
         space = store.label_space(store.teachers_of_task("sequence"))
-        known = set(space.names)
-        unknown = {label: n for label, n in counts.items() if space.indices([label])[0] < 0}
-        if known and unknown:
+        unknown = {label: n for label, n in counts.items() if not space.knows(label)}
+        if len(space) and unknown:
             listed = ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items()))
             notes.append(
                 f"{sum(unknown.values())} of {table.num_rows} rows have labels no teacher knows: {listed}. "

@@ -125,6 +125,7 @@ class Runner:
     read_only: bool = False  # a non-zero rank rebuilding what rank 0 built: every probe must be cached
     say: Callable[[str], None] = print
     _gold_labels: dict = field(default_factory=dict, init=False, repr=False)
+    _aliases: object = field(default=None, init=False, repr=False)  # the workspace's label merges, read once
 
     # -- (1) probes ------------------------------------------------------------
     def ensure(self, teacher, dataset, settings: ProbeSettings, *, need_layers: bool = True):
@@ -415,7 +416,7 @@ class Runner:
                                     encoder=DEFAULT_ENCODER,
                                     max_length=max(p.options.get("max_length", 128) for p in probes.values()),
                                     device=resolve_device(self.device), say=self.say,
-                                    canonical=self.store.label_aliases().canonical)
+                                    canonical=lambda label: self._canonical([label])[0])
         except KamalError as error:
             self.say(f"No prototype score in the selection table: {error}")
             return None
@@ -432,8 +433,9 @@ class Runner:
     def _canonical(self, labels):
         if labels is None:
             return None
-        aliases = self.store.label_aliases()
-        return [aliases.canonical(label) for label in labels]
+        if self._aliases is None:
+            self._aliases = self.store.label_aliases()
+        return [self._aliases.canonical(label) for label in labels]
 
     def _own(self, teacher) -> list[str]:
         """The teacher's labels as the names of their classes (what gold labels are compared with)."""

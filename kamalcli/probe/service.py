@@ -107,10 +107,10 @@ def _pairs(store, request: ProbeRequest, teacher_names, dataset_names, rmd_fit) 
 
 
 def _note_unknown_labels(store, teachers, datasets, say) -> None:
+    space = store.label_space(teachers)
     for d in datasets:
         if d.has_labels:
-            space = store.label_space(teachers)
-            unknown = sorted(label for label in d.label_counts if space.indices([label])[0] < 0)
+            unknown = sorted(label for label in d.label_counts if not space.knows(label))
             if unknown:
                 say(f"Note: {d.name} has labels no teacher knows ({', '.join(unknown)}); "
                     "they count as out-of-domain for every teacher.")

@@ -251,7 +251,7 @@ def probe_token_teachers(workspace, store, teachers, datasets, *, max_length: in
             outputs, probes = teacher_outputs(workspace, store, teachers, dataset, max_length=max_length,
                                               mc_samples=mc_samples, seed=seed, device=device, say=say)
             _, gold = load_token_rows(dataset)
-            gold = [[outputs.space.aliases.canonical(tag) for tag in sentence] for sentence in gold]
+            gold = outputs.space.aliases.canonical_rows(gold)
             results = {}
             for mc in ((True, False) if mc_samples > 1 else (False,)):
                 s = token_selection(outputs, gold, mc=mc)

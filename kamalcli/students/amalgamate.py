@@ -179,7 +179,7 @@ def _save_student(workspace, store, request, method, options, teachers, dataset,
     from kamalcli.models.loading import save_classifier
 
     labels = list(problem.outputs.space.names)
-    aliases = problem.outputs.space.aliases.within(labels).as_json()
+    aliases = request.label_aliases or {}  # pinned when the run started (plan.pin_label_aliases)
     meta = {
         "name": request.name, "method": method.name, "options": asdict(options), "labels": labels,
         "label_aliases": aliases,

@@ -149,7 +149,7 @@ def evaluate_token_student(store, student, dataset, *, device: str = "auto") -> 
     device = resolve_device(device)
     model = load_classifier(folder).to(device)
     pred = student_tags(model, load_tokenizer(folder), sentences, student.labels, student.max_length, device)
-    metrics = entity_scores(_as_classes(gold, student.aliases), pred)
+    metrics = entity_scores(student.aliases.canonical_rows(gold), pred)
     store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
     return metrics
 
@@ -171,11 +171,6 @@ def evaluate_token_baseline(workspace, store, baseline: str, dataset, *, device:
     scores = union_word_logits(outputs)
     scores = np.where(outputs.words[..., None], scores, o_row(outputs.space.names, scores.shape[-1]))
     pred = tags_of(scores, [len(s) for s in sentences], outputs.space.names)
-    metrics = entity_scores(_as_classes(gold, outputs.space.aliases), pred)
+    metrics = entity_scores(outputs.space.aliases.canonical_rows(gold), pred)
     store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
     return metrics
-
-
-def _as_classes(gold: list[list[str]], aliases) -> list[list[str]]:
-    """Gold tags with each entity type as the name of its class (B-PERSON -> B-PER once PERSON is merged into PER)."""
-    return [[aliases.canonical(tag) for tag in sentence] for sentence in gold]

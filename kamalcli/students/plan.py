@@ -45,10 +45,12 @@ def pin_label_aliases(store, request: AmalgamateRequest, teachers) -> Amalgamate
     if request.label_aliases is None:
         return replace(request, label_aliases=now)
     if request.label_aliases != now:
-        was = ", ".join(f"{a} = {b}" for a, b in request.label_aliases.items()) or "none"
-        raise KamalError(f"the label merges changed since {request.name} started (then: {was}; now: "
-                         f"{', '.join(f'{a} = {b}' for a, b in now.items()) or 'none'}): merge or split them back "
-                         "with `kamal labels` to resume it, or train a new student")
+        def listed(aliases: dict) -> str:
+            return ", ".join(f"{a} = {b}" for a, b in aliases.items()) or "none"
+
+        raise KamalError(f"the label merges changed since {request.name} started (then: "
+                         f"{listed(request.label_aliases)}; now: {listed(now)}): merge or split them back with "
+                         "`kamal labels` to resume it, or train a new student")
     return request
 
 

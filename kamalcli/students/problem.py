@@ -106,7 +106,7 @@ def token_problem(workspace, store, request, method, options, teachers, dataset,
         eval_set = store.dataset(request.select_by.split(":", 1)[1])
         check_task(eval_set, "token", "--select-by")
         selector = EntityF1Selector(eval_set, tokenizer, list(outputs.space.names), train_config.max_length,
-                                    train_config.device, outputs.space.aliases.canonical)
+                                    train_config.device, outputs.space.aliases)
         say(f"Model selection uses the tags of {eval_set.name} (entity F1; recorded with the student).")
     return Problem(model, tokenizer, base_folder, outputs, probes, aligned.encoded, objective, selector, train_rows,
                    held_out)

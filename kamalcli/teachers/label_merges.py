@@ -43,17 +43,19 @@ def mergeable_names(teachers) -> dict[str, list[tuple[str, str]]]:
 
 def merge_labels(store, labels: list[str], name: str | None = None) -> LabelClass:
     """Join the classes of these label names into one, named name (default: the first label's class)."""
+    if len(labels) < 2:
+        raise KamalError("give two labels or more to merge (see `kamal labels`)")
     aliases, owners = store.label_aliases(), mergeable_names(store.teachers())
     classes = list(dict.fromkeys(_class_of(label, aliases, owners) for label in labels))
     if len(classes) < 2:
         raise KamalError(f"{' and '.join(map(repr, labels))} are one class already (see `kamal labels`)")
     members = list(dict.fromkeys(m for c in classes for m in (c, *aliases.of(c))))
     _check_one_task(members, owners)
-    taught = _teachers_of(members, owners)
-    name = name if name is not None else classes[0]
-    _check_name(name, members, aliases, owners)
-    store.merge_labels(members, name, list(taught))
-    return _label_class(name, members, owners)
+    merged = _label_class(name if name is not None else classes[0], members, owners)
+    _check_apart(merged)
+    _check_name(merged.name, members, aliases, owners)
+    store.merge_labels(members, merged.name, list(merged.teachers))
+    return merged
 
 
 def split_label(store, label: str) -> LabelClass:
@@ -90,17 +92,12 @@ def _check_one_task(members: list[str], owners: dict) -> None:
         raise KamalError(f"{', '.join(members)} mix text labels and entity types: only names of one kind merge")
 
 
-def _teachers_of(members: list[str], owners: dict) -> dict[str, list[str]]:
-    """teacher -> its labels among members; refused when a teacher has two (its classes stay apart)."""
-    taught: dict[str, list[str]] = {}
-    for member in members:
-        for teacher, _ in owners.get(member, []):
-            taught.setdefault(teacher, []).append(member)
-    for teacher, labels in taught.items():
+def _check_apart(merged: LabelClass) -> None:
+    """Refused when one teacher has two of the labels: a teacher's own classes stay apart."""
+    for teacher, labels in merged.teachers.items():
         if len(labels) > 1:
             raise KamalError(f"{labels[0]!r} and {labels[1]!r} are both labels of teacher {teacher}: a teacher's "
                              "own classes stay apart (its head tells them apart)")
-    return taught
 
 
 def _check_name(name: str, members: list[str], aliases: Aliases, owners: dict) -> None:

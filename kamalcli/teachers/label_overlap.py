@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+import shlex
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,7 +50,11 @@ class Behaviour:
     data: str
     given_a: int = 0   # rows where A says a
     given_b: int = 0   # rows where B says b
-    silent: bool = False  # one label was given to fewer than MIN_TOGETHER rows: the names decide alone
+
+    @property
+    def silent(self) -> bool:
+        """One label was given to fewer than MIN_TOGETHER rows: behaviour says nothing, the names decide alone."""
+        return min(self.given_a, self.given_b) < MIN_TOGETHER
 
     def as_json(self) -> dict:
         return {"forward": round(self.forward, 4), "backward": round(self.backward, 4),
@@ -131,12 +136,10 @@ def propose(teachers: list[tuple[str, list[str]]], vectors: dict[str, np.ndarray
 
 def _judge(ta: str, tb: str, a: str, b: str, names: float, seen: Behaviour | None,
            threshold: float) -> list[Proposal]:
-    if seen is not None and min(seen.given_a, seen.given_b) < MIN_TOGETHER:
-        seen = replace(seen, silent=True)  # a label its teacher (almost) never gives: behaviour says nothing
     same = math.sqrt(names * max(seen.kappa, 0.0)) if seen and not seen.silent else names
     if same >= threshold:
         return [Proposal("same", (a, b), (ta, tb), same, names, seen, _same_reason(a, b, names, seen),
-                         f"kamal labels merge {_quote(a)} {_quote(b)}")]
+                         f"kamal labels merge {shlex.quote(a)} {shlex.quote(b)}")]
     if seen is None or seen.silent:
         return []
     for coarse, fine, t_coarse, t_fine, into, out_of in ((a, b, ta, tb, seen.backward, seen.forward),
@@ -148,7 +151,7 @@ def _judge(ta: str, tb: str, a: str, b: str, names: float, seen: Behaviour | Non
                       f"{t_coarse} calls {coarse!r}, only {100 * out_of:.0f}% the other way round: "
                       f"{fine!r} looks like a part of {coarse!r}")
             return [Proposal("nested", (coarse, fine), (t_coarse, t_fine), nested, names, seen, reason,
-                             f"kamal labels merge {_quote(coarse)} {_quote(fine)}")]
+                             f"kamal labels merge {shlex.quote(coarse)} {shlex.quote(fine)}")]
     return []
 
 
@@ -163,9 +166,6 @@ def _same_reason(a: str, b: str, names: float, seen: Behaviour | None) -> str:
             f"{seen.kappa:.2f}): {100 * seen.forward:.0f}% of {a!r} rows are {b!r}, "
             f"{100 * seen.backward:.0f}% of {b!r} rows are {a!r}")
 
-
-def _quote(label: str) -> str:
-    return label if re.fullmatch(r"[A-Za-z0-9_./:-]+", label) else "'" + label.replace("'", "'\\''") + "'"
 
 
 @dataclass
@@ -201,11 +201,10 @@ def label_view(store, *, data: str | None = None, encoder: str | None = None,
     sequence, token = store.teachers_of_task("sequence"), store.teachers_of_task("token")
     text_labels = [(t.name, list(t.labels)) for t in sequence]
     types = [(t.name, entity_types(t.labels)) for t in token]
-    vectors, encoder = None, encoder or DEFAULT_ENCODER
-    try:
-        vectors = name_vectors(sorted({label for _, labels in text_labels + types for label in labels}), encoder)
-    except KamalError as error:
-        notes.append(f"Names compared by spelling only: {error}")
+    encoder = encoder or DEFAULT_ENCODER
+    vectors, missing = name_vectors([label for _, labels in text_labels + types for label in labels], encoder)
+    if missing:
+        notes.append(f"Names compared by spelling only: {missing}")
         encoder = None
     dataset, top = _behaviour(store, sequence, data, notes)
     proposals = (propose(text_labels, vectors, top, aliases.canonical, threshold, dataset.name if dataset else "")
@@ -214,13 +213,19 @@ def label_view(store, *, data: str | None = None, encoder: str | None = None,
                      sorted(proposals, key=lambda p: -p.score), dataset.name if dataset else None, encoder, notes)
 
 
-def name_vectors(names: list[str], encoder: str) -> dict[str, np.ndarray]:
-    """Each label name's unit vector in the sentence encoder."""
+def name_vectors(names: list[str], encoder: str) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """Each label name's unit vector in the sentence encoder; (None, why) when the encoder is not there
+    (names are then compared by spelling)."""
+    from kamalcli.errors import KamalError
     from kamalcli.probe.encoder import text_vectors
 
+    names = sorted(set(names))
     if not names:
-        return {}
-    return dict(zip(names, text_vectors(encoder, names)))
+        return {}, None
+    try:
+        return dict(zip(names, text_vectors(encoder, names))), None
+    except KamalError as error:
+        return None, str(error)
 
 
 def _behaviour(store, teachers, data: str | None, notes: list[str]):

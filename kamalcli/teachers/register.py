@@ -70,7 +70,7 @@ def _notes(store, info: ModelFolder, name: str) -> list[str]:
     space = store.label_space(others)
     # every token teacher has O: the union has one
     shared = {label: ", ".join(space.owners(label)) for label in info.labels
-              if space.indices([label])[0] >= 0 and not (task == "token" and label == "O")}
+              if space.knows(label) and not (task == "token" and label == "O")}
     notes = [_shared_labels_note(shared)] if shared else []
     notes += _alike_labels_note(others, info, name, space.aliases)
     tokenizers = {t.tokenizer_fingerprint for t in others if t.tokenizer_fingerprint}
@@ -85,23 +85,19 @@ def _notes(store, info: ModelFolder, name: str) -> list[str]:
 
 
 def _alike_labels_note(others, info: ModelFolder, name: str, aliases) -> list[str]:
-    """Labels of the new teacher whose names look like another teacher's (kamal labels shows the evidence)."""
-    from kamalcli.errors import KamalError
+    """Labels of the new teacher whose names look like another teacher's (kamal labels shows the evidence).
+    Names only (no behaviour yet): every proposal is `same`, the new teacher (last) second in each pair."""
     from kamalcli.teachers import label_overlap
 
     if task_of_architecture(info.architecture) != "sequence" or not others:
         return []
     teachers = [(t.name, list(t.labels)) for t in others] + [(name, list(info.labels))]
-    try:
-        vectors = label_overlap.name_vectors(sorted({label for _, labels in teachers for label in labels}),
-                                             label_overlap.DEFAULT_ENCODER)
-    except KamalError:  # the encoder is not installed: names compared by spelling
-        vectors = None
-    alike = [p for p in label_overlap.propose(teachers, vectors, None, aliases.canonical) if name in p.teachers]
+    vectors, _ = label_overlap.name_vectors([label for _, labels in teachers for label in labels],
+                                            label_overlap.DEFAULT_ENCODER)
+    alike = [p for p in label_overlap.propose(teachers, vectors, None, aliases.canonical) if p.teachers[1] == name]
     if not alike:
         return []
-    pairs = ", ".join(f"{p.labels[p.teachers.index(name)]!r} ~ {p.labels[1 - p.teachers.index(name)]!r} "
-                      f"({p.teachers[1 - p.teachers.index(name)]})" for p in alike[:6])
+    pairs = ", ".join(f"{p.labels[1]!r} ~ {p.labels[0]!r} ({p.teachers[0]})" for p in alike[:6])
     return [f"Labels of {name} look like other teachers' ({pairs}): if they name one class, see `kamal labels` "
             "and merge them with `kamal labels merge`; otherwise they stay separate classes."]
 
