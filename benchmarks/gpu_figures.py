@@ -152,7 +152,7 @@ def onnx_rows(device: str, runs: int, length: int) -> tuple[list[list[str]], lis
             notes.append(f"{name} on {ort_device}: NOT MEASURED: {type(e).__name__}: {str(e).splitlines()[0]}")
     if ort_device == "cuda" and not any("CUDAExecutionProvider" in name for name in sessions):
         notes.append("CUDAExecutionProvider is ABSENT or did not load: no ONNX figure on CUDA "
-                     "(pip install onnxruntime-gpu, CUDA 12 / cuDNN 9)")
+                     "(pip install onnxruntime-gpu and the CUDA and cuDNN it was built for)")
     model = load_classifier(student).to(device)
     half = load_classifier(student).to(device).half() if device.startswith("cuda") else None
     engines = {"PyTorch fp32": model, **({"PyTorch fp16": half} if half is not None else {}), **sessions}

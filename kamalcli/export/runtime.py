@@ -38,9 +38,21 @@ def ort_cache_dir() -> Path:
     return cache_dir() / "onnxruntime"
 
 
-def _prepare_gpu_caches() -> None:
+def _prepare_gpu_caches(ort) -> None:
     base = ort_cache_dir()
     os.environ.setdefault("ORT_TENSORRT_CACHE_PATH", str(base / "tensorrt"))
+    # CUDA and cuDNN installed as pip wheels (as torch installs them) are not on the loader's path:
+    # onnxruntime >= 1.21 loads them from there itself. Without it the provider falls back to CPU.
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        import contextlib
+        import io
+
+        try:  # it prints when the wheels are absent: then the system's libraries are tried, silently
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                preload()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def import_ort():
@@ -89,7 +101,7 @@ def create_session(model_path: Path, device: str = "cpu", *, threads: int | None
     if CUDA not in ort.get_available_providers():
         raise KamalError("--device cuda was asked for, but this onnxruntime has no CUDA support "
                          "(pip install onnxruntime-gpu)")
-    _prepare_gpu_caches()
+    _prepare_gpu_caches(ort)
     # A CUDA provider that fails to load logs an ERROR and falls back to CPU;
     # that is an expected outcome here (we check get_providers() below), so
     # silence it for the duration of this attempt only.
@@ -103,7 +115,7 @@ def create_session(model_path: Path, device: str = "cpu", *, threads: int | None
         return session
     if device == "cuda":
         raise KamalError("--device cuda was asked for, but onnxruntime could not load its CUDA provider "
-                         "(no GPU, or the CUDA 12 / cuDNN 9 libraries are missing)")
+                         "(no GPU, or the CUDA and cuDNN libraries it was built for are missing)")
     return session  # auto: CPU, silently
 
 
