@@ -46,7 +46,7 @@ from kamalcli.data.text import load_dataset_rows  # noqa: E402
 from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
 from kamalcli.probe.auto_score import energy  # noqa: E402
 from kamalcli.probe.calibration import normalised_uncertainty  # noqa: E402
-from kamalcli.probe.rmd import fit_rmd  # noqa: E402
+from kamalcli.trust.mahalanobis import fit_rmd  # noqa: E402
 from kamalcli.labels import label_indices  # noqa: E402
 from kamalcli.probe.prototypes import fused as prototype_fusion  # noqa: E402
 from kamalcli.probe.runner import on_steered_class, pseudo_in_distribution  # noqa: E402
@@ -111,7 +111,7 @@ def log_likelihood_ratio(model, features: np.ndarray, prior: bool = True, logdet
     background models the same text."""
     from scipy.special import logsumexp
 
-    from kamalcli.probe.rmd import _mahalanobis
+    from kamalcli.trust.mahalanobis import _mahalanobis
 
     md = _mahalanobis(features, model.means, model.precision)
     md0 = _mahalanobis(features, model.mean0[None, :], model.precision0)[:, 0]
@@ -201,7 +201,7 @@ def _print_moves(transfer_scores: dict, compared: list[str], teachers, gold: lis
 def _means_generated_covariance_transfer(features, local, keep, transfer, transfer_pred):
     """Class means from the generated rows; the shared covariance from the transfer rows, pooled within the
     class the teacher predicts (thousands of real rows instead of tens of generated ones); background: transfer."""
-    from kamalcli.probe.rmd import RMDModel, shrunk_precision
+    from kamalcli.trust.mahalanobis import RMDModel, shrunk_precision
 
     classes = np.unique(local[keep])
     means = np.stack([features[keep & (local == c)].mean(axis=0) for c in classes])

@@ -53,6 +53,17 @@ def percentile(scores: np.ndarray) -> np.ndarray:
     return (rankdata(scores.ravel()) / scores.size).reshape(scores.shape)
 
 
+def auroc(positive: np.ndarray, negative: np.ndarray) -> float:
+    """The probability that a random positive row scores above a random negative one (ties count half): the
+    area under the ROC curve, by the Mann-Whitney U statistic. NaN when either side is empty."""
+    positive, negative = np.asarray(positive, dtype=np.float64), np.asarray(negative, dtype=np.float64)
+    if len(positive) == 0 or len(negative) == 0:
+        return float("nan")
+    ranks = rankdata(np.concatenate([positive, negative]))
+    n = len(positive)
+    return float((ranks[:n].sum() - n * (n + 1) / 2) / (n * len(negative)))
+
+
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """The Wilson score interval (95% by default) around successes / n: the shares p for which
     (successes / n - p)^2 <= z^2 p (1 - p) / n. Unlike p +- z sqrt(p (1 - p) / n) it stays inside [0, 1]

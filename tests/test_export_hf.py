@@ -84,7 +84,7 @@ def test_predict_json_keys_are_the_same_with_pytorch_and_onnx(kd):
         rows = kd.json("predict", "kd", "--top", "2", *extra, *TEXTS[:2])
         assert len(rows) == 2
         for row, text in zip(rows, TEXTS):
-            assert set(row) == {"text", "label", "probability", "top"} and row["text"] == text
+            assert set(row) == {"text", "label", "probability", "top", "in_scope", "scope_score"} and row["text"] == text
             assert [set(t) for t in row["top"]] == [{"label", "probability"}] * 2
             assert row["top"][0] == {"label": row["label"], "probability": row["probability"]}
 

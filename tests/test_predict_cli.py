@@ -157,3 +157,11 @@ def test_the_model_limit_note_is_said_once_per_student(k, assets, tmp_path):
     out = tmp_path / "long-a-hf"
     k("export", "long-a", "--hf", "--out", out)
     assert "kamal-notes.json" not in {p.name for p in out.iterdir()}
+
+
+def test_a_token_student_has_no_scope_and_is_not_calibrated(token_k):
+    record = next(s for s in token_k.json("students") if s["name"] == "tok")
+    assert record["scope"] is None and record["calibration"] is None
+    assert "tags tokens; a scope is for text classifiers" in token_k("scope", "tok", "--data", "pool", code=2).stderr
+    assert "tags tokens; calibration is for text classifiers" in token_k("calibrate", "tok", "--data", "pool",
+                                                                         code=2).stderr

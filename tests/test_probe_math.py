@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kamalcli.probe.calibration import ece, entropy, entropy_from_logits, normalised_uncertainty
-from kamalcli.probe.rmd import fit_rmd
+from kamalcli.trust.mahalanobis import fit_rmd
 from kamalcli.probe.selection import auroc, selection_quality
 
 
@@ -74,7 +74,7 @@ def test_rmd_survives_a_tiny_sample(tmp_path):
     scores = model.score(rng.normal(size=(5, 64)))
     assert np.all(np.isfinite(scores))
     model.save(tmp_path / "m.npz")
-    from kamalcli.probe.rmd import RMDModel
+    from kamalcli.trust.mahalanobis import RMDModel
 
     assert np.allclose(RMDModel.load(tmp_path / "m.npz").score(features), model.score(features))
 

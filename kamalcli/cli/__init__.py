@@ -89,10 +89,10 @@ def cli(ctx: click.Context, workspace: str | None) -> None:
 
 def _register() -> None:
     from kamalcli.cli import (data_cmds, export_cmds, label_cmds, model_cmds, probe_cmds, student_cmds, synth_cmds,
-                              teacher_cmds, workspace_cmds)
+                              teacher_cmds, trust_cmds, workspace_cmds)
 
-    for module in (workspace_cmds, teacher_cmds, label_cmds, data_cmds, synth_cmds, probe_cmds, student_cmds, export_cmds,
-                   model_cmds):
+    for module in (workspace_cmds, teacher_cmds, label_cmds, data_cmds, synth_cmds, probe_cmds, student_cmds, trust_cmds,
+                   export_cmds, model_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 

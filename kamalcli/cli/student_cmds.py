@@ -49,6 +49,9 @@ def methods(as_json: bool) -> None:
 @click.option("--rmd-fit", metavar="NAME",
               help="Labelled data to fit the teachers' RMD and prototypes on (default, as in probe: their training "
                    "rows, else text kamal synthesize wrote for them, else circular).")
+@click.option("--gold", metavar="NAME",
+              help="Labelled rows of the transfer data (kamal label-queue, then add-data --label-column): the student "
+                   "also learns their labels, beside the method's loss.")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
 @reprobe_option
 @mc_exact_option
@@ -56,14 +59,14 @@ def methods(as_json: bool) -> None:
 @distributed_options
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, init, name, options, teacher_names, data, select_by,
-               mc_samples, rmd_fit, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
+               mc_samples, rmd_fit, gold, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
                embeddings, device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli.students import amalgamate as service
 
     if resume:
         given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base), ("--init", init),
-                                ("--option", options), ("--mc-samples", mc_samples),
+                                ("--gold", gold), ("--option", options), ("--mc-samples", mc_samples),
                                 ("--mc-exact/--mc-adaptive", mc_exact is not None)) if v]
         if given:
             raise KamalError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
@@ -80,7 +83,7 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
         select_by=select_by or app.workspace.setting("train", "select_by"), rmd_fit=rmd_fit,
         train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
         probe=probe_settings(app, mc_samples, mc_exact), probe_given=_probe_given(mc_samples, mc_exact),
-        device=app.device(device), reprobe=reprobe,
+        device=app.device(device), reprobe=reprobe, gold=gold,
     )
     with app.job(app.device(device), backend) as store:
         student = service.amalgamate(app.workspace, store, request, say=note)
@@ -216,8 +219,23 @@ def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, base, d
             click.echo(f"  {label}: {pct(metrics[key])}%")
     if metrics["unknown_label_rows"]:
         click.echo(f"  {metrics['unknown_label_rows']} rows have gold labels outside the label space (counted wrong)")
+    _trust_lines(metrics)
     table(None, ["label", "precision %", "recall %", "F1 %", "support"],
           [(name, pct(v["precision"]), pct(v["recall"]), pct(v["f1"]), v["support"]) for name, v in metrics["per_class"].items()])
+
+
+def _trust_lines(metrics: dict) -> None:
+    scope, sets = metrics.get("scope"), metrics.get("conformal")
+    if scope:
+        line = f"  scope ({scope['score']}): {pct(scope['flagged'])}% of rows flagged out of scope"
+        if scope["flagged_unknown"] is not None:
+            line += (f"; {pct(scope['flagged_unknown'])}% of those with labels it does not know, "
+                     f"{pct(scope['flagged_known'])}% of the others (AUROC {scope['auroc']:.3f})")
+        click.echo(line)
+    if sets:
+        click.echo(f"  prediction sets: {pct(sets['coverage'])}% hold the gold label (asked: "
+                   f"{pct(sets['coverage_asked'])}%), {sets['mean_set_size']:.2f} labels on average, over "
+                   f"{sets['rows']} rows of its labels")
 
 
 def _entity_table(subject: str, data_name: str, metrics: dict) -> None:
@@ -260,13 +278,17 @@ def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> 
 
 
 def _print_labels(rows: list[dict]) -> None:
-    """One line per text: label, probability, text, the other top labels; - - for a text not classified."""
+    """One line per text: label, probability, text, the other top labels, then [out of scope] and the prediction
+    set where the student has them; - - for a text not classified."""
     for r in rows:
         if "note" in r:
             click.echo(f"-\t-\t{r['text'][:80]}\t({r['note']})")
             continue
         alternatives = "  ".join(f"{t['label']} {t['probability']:.3f}" for t in r["top"][1:])
-        click.echo(f"{r['label']}\t{r['probability']:.3f}\t{r['text'][:80]}" + (f"\t({alternatives})" if alternatives else ""))
+        extra = (f"\t({alternatives})" if alternatives else "") + ("\t[out of scope]" if r.get("in_scope") is False else "")
+        if "set" in r:
+            extra += f"\tset: {{{', '.join(r['set'])}}}"
+        click.echo(f"{r['label']}\t{r['probability']:.3f}\t{r['text'][:80]}{extra}")
 
 
 def _print_entities(rows: list[dict]) -> None:

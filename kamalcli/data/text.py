@@ -391,7 +391,8 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
                 "They are kept; evaluation counts them as errors and reports them separately."
             )
     if role == "transfer" and table.labels is not None:
-        notes.append("Labels are stored with this transfer set but amalgamation never trains on them.")
+        notes.append("Labels are stored with this transfer set; amalgamation trains on them only when named with "
+                     "`--gold` (kamal amalgamate ... --gold NAME).")
 
     dataset = _record(workspace, store, table, write_cache, name=name, source=str(path.resolve()), format=table.format,
                       role=role, num_rows=table.num_rows, text_column=table.text_column,
@@ -432,6 +433,13 @@ def load_dataset_rows(dataset) -> tuple[list[str], list[str] | None]:
     if len(texts) != dataset.num_rows:
         raise KamalError(f"the workspace copy of dataset {dataset.name} is damaged (row count differs); add it again")
     return texts, labels
+
+
+def load_labelled_rows(dataset) -> tuple[list[str], list[str]]:
+    """(texts, gold labels) of a dataset that has them; one line otherwise."""
+    if not dataset.has_labels:
+        raise KamalError(f"dataset {dataset.name} has no gold labels: add it with --label-column (role eval)")
+    return load_dataset_rows(dataset)
 
 
 def is_generated(dataset) -> bool:

@@ -12,7 +12,7 @@ MISSING = "-"
 
 # Fields whose natural "nothing to say" is an empty string, not a dash:
 # they are suffixes inside a sentence of the template.
-EMPTY_BY_DEFAULT = ("quantization", "select_by_note")
+EMPTY_BY_DEFAULT = ("quantization", "select_by_note", "scope_note")
 
 # Per export format: the library that loads it and the Hub tags.
 FORMATS = {

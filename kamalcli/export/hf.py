@@ -20,6 +20,7 @@ from pathlib import Path
 from kamalcli import __version__
 from kamalcli.errors import KamalFailure
 from kamalcli.files import write_json_atomic, write_text_atomic
+from kamalcli.export.onnx import TRUST_FILES
 
 MARKER = "export.json"
 CHECK_ROWS = 64
@@ -27,7 +28,8 @@ CHECK_TOLERANCE = 1e-4
 LEFT_OUT = {"kamal.json", "kamal-notes.json"}  # kamal's own record (the card says the same for people); notes predict said
 # Besides the tokenizer's files (onnx.TOKENIZER_FILES): what a student folder holds and this export adds.
 # `--force` replaces an export whose marker lists no files only when it holds nothing else.
-WRITTEN_FILES = frozenset({"config.json", "model.safetensors", "generation_config.json", "README.md", MARKER})
+WRITTEN_FILES = frozenset({"config.json", "model.safetensors", "generation_config.json", "README.md", MARKER,
+                           *TRUST_FILES})
 
 
 def has_marker(folder: Path) -> bool:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from kamalcli.trust import conformal, scope
 from kamalcli import __version__
 from kamalcli.errors import KamalError, KamalFailure
 from kamalcli.export.card import labels_table, markdown_table, render_card
@@ -45,8 +46,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 INPUT_ORDER = ("input_ids", "attention_mask", "token_type_ids")
 # Every file an ONNX export may write (a fast tokenizer's save_pretrained may add its chat template): what
 # `--force` may replace in an export whose marker predates its list of files.
+TRUST_FILES = (scope.FILE, conformal.FILE)  # the student's scope and calibration, where it has them
 WRITTEN_FILES = frozenset({"model.onnx", "labels.json", "config.json", "README.md", "export.json", EXPORT_MARKER,
-                           *TOKENIZER_FILES, "chat_template.jinja", "chat_template.json"})
+                           *TOKENIZER_FILES, *TRUST_FILES, "chat_template.jinja", "chat_template.json"})
 
 
 @dataclass
@@ -65,6 +67,7 @@ class ExportResult:
     labels: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what happened that the user may want to know
     warnings: list[str] = field(default_factory=list)  # what the CLI should print as a warning
+    per_token: bool = False  # a token classifier: logits per token, no `features` output
 
     @property
     def model_path(self) -> Path:
@@ -131,21 +134,28 @@ def _dummy_inputs(tokenizer, names: list[str]):
 def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int) -> None:
     import torch
 
-    class LogitsOnly(torch.nn.Module):
+    per_token = type(model).__name__.endswith("ForTokenClassification")
+
+    class Outputs(torch.nn.Module):
+        """logits; a text classifier's last-layer first-token vector too (`features`: its rmd scope reads it)."""
+
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
         def forward(self, *args):
-            return self.inner(**dict(zip(names, args)), return_dict=True).logits
+            out = self.inner(**dict(zip(names, args)), return_dict=True, output_hidden_states=not per_token)
+            return out.logits if per_token else (out.logits, out.hidden_states[-1][:, 0])
 
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
-    per_token = type(model).__name__.endswith("ForTokenClassification")
     axes["logits"] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
+    outputs = output_names(per_token)
+    if not per_token:
+        axes["features"] = {0: "batch"}
     with torch.inference_mode(False), torch.no_grad():
         torch.onnx.export(
-            LogitsOnly(model).eval(), _dummy_inputs(tokenizer, names), str(path),
-            input_names=names, output_names=["logits"], dynamic_axes=axes,
+            Outputs(model).eval(), _dummy_inputs(tokenizer, names), str(path),
+            input_names=names, output_names=outputs, dynamic_axes=axes,
             opset_version=opset, do_constant_folding=True, dynamo=False,
         )
 
@@ -214,6 +224,10 @@ def _encode(tokenizer, texts: Sequence[str], names: list[str], max_length: int, 
     return _Batches(feeds, ids, padded)
 
 
+def output_names(per_token: bool) -> list[str]:
+    return ["logits"] if per_token else ["logits", "features"]
+
+
 def _real_rows(logits: np.ndarray, feed: dict[str, np.ndarray]) -> np.ndarray:
     """A sequence classifier's (B, |Y|) as it is; a token classifier's (B, T, |Y|) -> one row per real token
     (padding left out), so that parity compares every token of batches of any width."""
@@ -237,6 +251,22 @@ def _torch_logits(model, batches: _Batches) -> np.ndarray:
 def _ort_logits(session, batches: _Batches) -> np.ndarray:
     return np.concatenate([_real_rows(session.run(["logits"], feed)[0], feed)
                            for feed in batches.feeds]).astype(np.float64)
+
+
+def _features_parity(model, path: Path, batches: _Batches) -> float:
+    """max |difference| of the `features` output (what an rmd scope reads) against PyTorch's, on the parity batches."""
+    import torch
+
+    from kamalcli.export.runtime import create_session
+
+    session = create_session(path, "cpu")
+    worst = 0.0
+    with torch.inference_mode():
+        for feed in batches.feeds:
+            ours = model(**{k: torch.from_numpy(v) for k, v in feed.items()}, output_hidden_states=True)
+            ref = ours.hidden_states[-1][:, 0].float().numpy()
+            worst = max(worst, float(np.abs(session.run(["features"], feed)[0] - ref).max()))
+    return worst
 
 
 def _run(path: Path, batches: _Batches) -> tuple[list[str], np.ndarray]:
@@ -520,7 +550,15 @@ def _size_notes(fp32_size: int, parameters: int) -> list[str]:
 def _copy_student_files(staging: Path, student: Path, tokenizer, labels: list[str]) -> None:
     (staging / "labels.json").write_text(json.dumps(labels, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     shutil.copy2(student / "config.json", staging / "config.json")
+    copy_trust_files(student, staging)
     _copy_tokenizer(student, staging, tokenizer)
+
+
+def copy_trust_files(student: Path, staging: Path) -> None:
+    """The student's scope and calibration (kamalcli/trust), where it has them: the export answers as it does."""
+    for name in TRUST_FILES:
+        if (student / name).is_file():
+            shutil.copy2(student / name, staging / name)
 
 
 def _check_tokenizer_json(staging: Path, texts: list[str], batches: _Batches, parity_length: int,
@@ -553,7 +591,7 @@ def _write_manifest(staging: Path, result: ExportResult, student: Path, max_leng
         "optimized": result.optimized,
         "fused_ops": result.fused_op_counts,
         "inputs": result.inputs,
-        "outputs": ["logits"],
+        "outputs": output_names(result.per_token),
         "max_length": max_length,
         "num_labels": len(result.labels),
         "parameters": result.parameters,
@@ -590,6 +628,8 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
         "padded_batches": batches.padded, "batches": len(batches.feeds), "reference": "pytorch eager fp32",
         "tolerance": FP32_TOLERANCE, **fp32.parity,
     }
+    if not type(model).__name__.endswith("ForTokenClassification"):
+        parity["features_max_abs_diff"] = _features_parity(model, fp32.path, batches)
 
     fp32_size = fp32.path.stat().st_size
     final = staging / "model.onnx"
@@ -610,6 +650,7 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
         path=out_dir, opset=opset, quantize=quantize, parity=parity, size_bytes=size, providers=fp32.providers,
         fused_op_counts=counts, optimized=fp32.optimized, fp32_size_bytes=fp32_size,
         parameters=parameters, inputs=names, labels=labels, notes=notes, warnings=result_warnings,
+        per_token=type(model).__name__.endswith("ForTokenClassification"),
     )
     usage = _usage(names, pad_id, pad_token, max_length)
     write_text_atomic(staging / "README.md",

@@ -26,6 +26,8 @@ import numpy as np
 
 from kamalcli.errors import KamalError, first_line
 from kamalcli.probs import softmax
+from kamalcli.trust.conformal import load_calibration
+from kamalcli.trust.scope import load_scope
 from kamalcli.runtime import cache_dir, cut_at_model_limit
 
 CPU = "CPUExecutionProvider"
@@ -192,6 +194,9 @@ class OnnxClassifier:
         self.input_names: list[str] = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         self.output_name = "logits" if "logits" in outputs else outputs[0]
+        self.has_features = "features" in outputs  # exports before kamal's scope have logits only
+        self.scope = load_scope(self.folder)
+        self.calibration = load_calibration(self.folder)
 
     def _feed(self, texts: Sequence[str], max_length: int) -> dict[str, np.ndarray]:
         self.tokenizer.enable_truncation(max_length, direction=self.truncation_side)
@@ -205,6 +210,12 @@ class OnnxClassifier:
         return {name: np.asarray(columns[name], dtype=np.int64) for name in self.input_names}
 
     def predict_logits(self, texts: Sequence[str], batch_size: int = 32, max_length: int = 128) -> np.ndarray:
+        return self.predict_outputs(texts, batch_size=batch_size, max_length=max_length)[0]
+
+    def predict_outputs(self, texts: Sequence[str], batch_size: int = 32, max_length: int = 128, *,
+                        features: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """(logits, features): features (the last layer's first-token vectors) only when asked for and the
+        export has them, else None."""
         texts = [str(t) for t in texts]
         if batch_size < 1:
             raise KamalError(f"batch size must be at least 1 (got {batch_size})")
@@ -213,13 +224,20 @@ class OnnxClassifier:
         if self.max_positions and max_length > int(self.max_positions):
             max_length = cut_at_model_limit(int(self.max_positions), max_length)
         out = np.zeros((len(texts), len(self.labels)), dtype=np.float32)
+        names = [self.output_name] + (["features"] if features and self.has_features else [])
+        vectors = None
         # Similar lengths share a batch: less padding, same results.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
             feed = self._feed([texts[i] for i in rows], max_length)
-            out[rows] = self.session.run([self.output_name], feed)[0]
-        return out
+            got = self.session.run(names, feed)
+            out[rows] = got[0]
+            if len(got) > 1:
+                if vectors is None:
+                    vectors = np.zeros((len(texts), got[1].shape[-1]), dtype=np.float32)
+                vectors[rows] = got[1]
+        return out, vectors
 
     def predict_word_proba(self, sentences: Sequence[Sequence[str]], batch_size: int = 32,
                            max_length: int = 128) -> np.ndarray:

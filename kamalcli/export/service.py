@@ -79,7 +79,36 @@ def card_fields(store, student) -> dict:
         "select_by_note": f" (but the best checkpoint was chosen on the labels of {student.select_by[5:]})" if labelled else "",
         "max_length": max_length,
         "hub_metadata": hub_metadata(store, student, latest, transfer.name if transfer else None),
+        "trust_section": trust_section(student),
+        "scope_note": " (its scope score flags such text: see above)" if student.scope else "",
     }
+
+
+SCORE_WORDS = {
+    "rmd": "minus the relative Mahalanobis distance (Ren et al. 2021) of the last layer's first-token vector "
+           "(the ONNX model's `features` output; `hidden_states[-1][:, 0]` in transformers) to Gaussians fitted on "
+           "the rows it puts in each class, the background one on all rows (their arrays are in scope.npz too)",
+    "energy": "the log-sum-exp of the logits",
+    "msp": "the largest softmax probability",
+}
+
+
+def trust_section(student) -> str:
+    """What the student says about itself (kamalcli/trust), and the files an export carries for it."""
+    lines = []
+    if student.scope:
+        s = student.scope
+        lines.append(f"- Out of scope: a text whose scope score is below {s['threshold']:.6g} is likely outside what "
+                     f"the teachers knew (that threshold keeps {100 * s['keep']:.0f}% of the {s['rows']} rows of "
+                     f"{s['data']} it was fitted on). The score is {SCORE_WORDS.get(s['score'], s['score'])}. "
+                     "`scope.npz` holds it (`settings`, JSON); `kamal predict --json` gives `in_scope` and "
+                     "`scope_score`.")
+    if student.calibration:
+        c = student.calibration
+        lines.append(f"- Prediction sets (split conformal, `calibration.json`): a label is in the set when its "
+                     f"probability is at least {max(0.0, 1 - c['threshold']):.6g}; the set holds the true label with "
+                     f"probability {c['coverage']:g}, calibrated on {c['rows']} labelled rows of {c['data']}.")
+    return "## Scope and prediction sets\n\n" + "\n".join(lines) if lines else ""
 
 
 def _base_for_people(base: str) -> str:

@@ -154,7 +154,7 @@ def rmd_confidences(arrays: dict, blocks: list[list[tuple[int, ...]]], rows: lis
                     labels: list[np.ndarray], n: int) -> np.ndarray:
     """(n, N, blocks): each teacher's RMD confidence per block as its percentile over the rows."""
     from kamalcli.probe.selection import per_teacher_rank
-    from kamalcli.probe.rmd import fit_rmd
+    from kamalcli.trust.mahalanobis import fit_rmd
 
     teachers = len(rows)
     out = np.zeros((n, teachers, len(blocks)), dtype=np.float32)

@@ -39,6 +39,24 @@ def predict_logits(model: torch.nn.Module, encoded: Encoded, *, batch_size: int 
     return out
 
 
+def logits_and_features(model: torch.nn.Module, encoded: Encoded, *, batch_size: int = 64,
+                        device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """A sequence classifier's (rows, |Y|) logits and (rows, hidden) last-layer first-token vectors, in one pass
+    (the features a student's rmd scope reads; the ONNX export's `features` output is the same vector)."""
+    rows = np.arange(len(encoded))
+    logits = np.zeros((len(rows), model.config.num_labels), dtype=np.float32)
+    features = np.zeros((len(rows), model.config.hidden_size), dtype=np.float32)
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for local in inference_batches(encoded.lengths, batch_size):
+            out = model(**encoded.batch(rows[local], device), output_hidden_states=True)
+            logits[local] = out.logits.float().cpu().numpy()
+            features[local] = out.hidden_states[-1][:, 0].float().cpu().numpy()
+    model.train(was_training)
+    return logits, features
+
+
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, L, d) states -> (B, d): the mean over the real tokens (mask 1), padding left out. The probe pools
     teachers' features with it and feature-level methods the student's, so the two compare."""
@@ -52,6 +70,13 @@ def classifier_logits(folder: Path, texts: list[str], max_length: int, *, device
     model = load_classifier(folder).to(device)
     encoded = encode(load_tokenizer(folder), texts, max_length, config=model.config)
     return predict_logits(model, encoded, batch_size=batch_size, device=device)
+
+
+def classifier_logits_and_features(folder: Path, texts: list[str], max_length: int, *, device: str = "cpu",
+                                    batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    model = load_classifier(folder).to(device)
+    encoded = encode(load_tokenizer(folder), texts, max_length, config=model.config)
+    return logits_and_features(model, encoded, batch_size=batch_size, device=device)
 
 
 def classifier_probs(folder: Path, texts: list[str], max_length: int, *, device: str = "cpu",

@@ -296,7 +296,7 @@ class Runner:
     # -- (2) relative Mahalanobis ---------------------------------------------------
     def fit_rmd(self, teacher, settings: ProbeSettings, probes: list, fit_dataset=None) -> dict | None:
         """Fit the teacher's RMD models and score its probes. Returns a note, or None without layers."""
-        from kamalcli.probe.rmd import RMDModel
+        from kamalcli.trust.mahalanobis import RMDModel
 
         if not settings.layers or not probes:
             return None
@@ -334,7 +334,7 @@ class Runner:
 
     def _fit(self, teacher, settings: ProbeSettings, source: str, dataset, fit_key: str):
         from kamalcli.files import publish_dir, removed_on_failure
-        from kamalcli.probe.rmd import fit_rmd
+        from kamalcli.trust.mahalanobis import fit_rmd
 
         source_probe = self._features_probe(teacher, dataset, settings, replace(settings, mc_samples=1))
         arrays = ProbeArrays.load(Path(source_probe.path))
@@ -366,7 +366,7 @@ class Runner:
 
     def _rmd_other_layers(self, teachers, probes: dict) -> dict[str, dict]:
         """Confidence -RMD at each fitted layer but the last (that one is in the rows), per teacher."""
-        from kamalcli.probe.rmd import RMDModel
+        from kamalcli.trust.mahalanobis import RMDModel
 
         fits = {t.id: self.store.rmd_fit_of(probes[t.id].id) for t in teachers}
         if any(f is None for f in fits.values()):

@@ -26,7 +26,7 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     method, options, teachers, dataset, name = plan(store, request)
     teachers = refresh_teachers(workspace, store, teachers, say)  # before any cached output is read
     store.claim("student", name, exclusive=True)
-    store.claim_inputs(teachers, [dataset])
+    store.claim_inputs(teachers, [dataset] + ([store.dataset(request.gold)] if request.gold else []))
     request = pin_label_aliases(store, replace(request, name=name, init=canonical_init(request.init)), teachers)
     token_level = teachers_task(teachers) == "token"
     _check_processes(method, token_level)
@@ -157,8 +157,27 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
     finally:
         losses.close()
     _report_auxiliary(problem.objective, result, say)
+    scope = _fit_scope(problem, dataset, train_config, token_level=teachers_task(teachers) == "token", say=say)
     return _save_student(workspace, store, request, method, options, teachers, dataset, train_config, problem,
-                         result, run, losses.steps())
+                         result, run, losses.steps(), scope)
+
+
+def _fit_scope(problem, dataset, train_config, *, token_level: bool, say):
+    """The student's scope score, fitted on its transfer rows (kamalcli/trust/scope.py); none for token students."""
+    from kamalcli.students.trust import scope_from_model
+    from kamalcli.trust.scope import MIN_ROWS
+
+    if token_level:
+        return None
+    if len(problem.encoded) < MIN_ROWS:
+        say(f"No scope score: {len(problem.encoded)} transfer rows are too few to fit one (at least {MIN_ROWS}); "
+            f"`kamal scope STUDENT --data NAME` fits one on more text.")
+        return None
+    scope = scope_from_model(problem.model, problem.encoded, data=dataset.name, device=train_config.device,
+                             seed=train_config.seed)
+    say(f"Scope: {scope.score} fitted on {scope.rows} rows of {dataset.name}; texts scoring below it are flagged "
+        f"out of scope (it keeps {100 * scope.keep:.0f}% of them).")
+    return scope
 
 
 def _report_auxiliary(objective, result, say) -> None:
@@ -173,7 +192,7 @@ def _report_auxiliary(objective, result, say) -> None:
 
 
 def _save_student(workspace, store, request, method, options, teachers, dataset, train_config, problem, result, run,
-                  losses):
+                  losses, scope=None):
     """The student folder, then its record (a row points only at finished files)."""
     from kamalcli.files import publish_dir
     from kamalcli.models.loading import save_classifier
@@ -186,12 +205,14 @@ def _save_student(workspace, store, request, method, options, teachers, dataset,
         "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
         "base": request.student, "parent": request.parent, "transfer_data": dataset.name,
         "transfer_hash": dataset.content_hash, "select_by": request.select_by, "seed": train_config.seed,
-        "init": request.init,
+        "init": request.init, "gold": request.gold,
     }
     if aliases:  # config.json travels with every export: the other names of its classes go with it
         problem.model.config.label_aliases = aliases
     staging = workspace.tmp_dir() / "student"
     save_classifier(problem.model, problem.tokenizer, staging, extra=meta)
+    if scope is not None:
+        scope.save(staging)
     final = workspace.artifact_dir("students") / request.name
     publish_dir(staging, final)
     parent = store.find_student(request.parent) if request.parent else None
@@ -200,8 +221,10 @@ def _save_student(workspace, store, request, method, options, teachers, dataset,
         name=request.name, method=method.name, options=asdict(options), base=str(problem.base_folder), path=str(final),
         labels=labels, parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
         select_by=request.select_by, seed=train_config.seed,
-        train={**_train_record(train_config, result, problem), "init": request.init, "label_aliases": aliases},
+        train={**_train_record(train_config, result, problem), "init": request.init, "label_aliases": aliases,
+               "gold": request.gold},
         metrics={}, run_id=run.id, losses=losses, task=teachers_task(teachers),
+        scope=scope.as_json() if scope is not None else None,
     )
 
 

@@ -5,30 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from kamalcli.data.text import load_labelled_rows
 from kamalcli.errors import KamalError
 from kamalcli.train.metrics import classification_metrics, subset_accuracy
 
 
-def _labelled(dataset):
-    from kamalcli.data.text import load_dataset_rows
-
-    if not dataset.has_labels:
-        raise KamalError(f"dataset {dataset.name} has no gold labels: add it with --label-column (role eval)")
-    return load_dataset_rows(dataset)
-
-
 def evaluate_student(store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
-    from kamalcli.models.inference import classifier_logits
-    from kamalcli.runtime import resolve_device
+    from kamalcli.students.predict import text_outputs
 
     if student.task == "token":
         return evaluate_token_student(store, student, dataset, device=device)
-    folder = student.folder  # a folder gone from disk is refused before the data is read
-    texts, gold = _labelled(dataset)
-    pred = classifier_logits(folder, texts, student.max_length, device=resolve_device(device),
-                             batch_size=batch_size).argmax(axis=1)
-    gold_idx = student.aliases.indices(gold, student.labels)  # the aliases it was trained with
+    student.folder  # noqa: B018 - a folder gone from disk is refused before the data is read
+    texts, gold = load_labelled_rows(dataset)
+    found = text_outputs(student, texts, device=device, batch_size=batch_size)
+    pred = found.logits.argmax(axis=1)
+    gold_idx = np.asarray(student.aliases.indices(gold, student.labels))  # the aliases it was trained with
     metrics = classification_metrics(pred, gold_idx, student.labels)
+    metrics.update(trust_metrics(found, gold_idx))
     if student.parent:
         parent = store.find_student(student.parent)
         if parent is not None:
@@ -38,6 +31,30 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
             metrics["new_label_accuracy"] = subset_accuracy(pred, gold_idx, new)
     store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
     return metrics
+
+
+def trust_metrics(found, gold_idx: np.ndarray) -> dict:
+    """What the student says about itself, measured: the share of rows its scope flags (and, where some gold
+    labels are none of its own, how well the scope tells those apart: AUROC), and its prediction sets'
+    coverage and mean size over the rows whose gold label it knows."""
+    from kamalcli.probs import auroc, softmax
+    from kamalcli.trust.conformal import coverage_and_size
+
+    out = {}
+    known = gold_idx >= 0
+    if found.scope is not None:
+        scores = found.scope.scores(found.logits, found.features)
+        flagged = ~found.scope.in_scope(scores)
+        out["scope"] = {"score": found.scope.score, "keep": found.scope.keep, "flagged": float(flagged.mean()),
+                        "flagged_known": float(flagged[known].mean()) if known.any() else None,
+                        "flagged_unknown": float(flagged[~known].mean()) if (~known).any() else None,
+                        "auroc": auroc(scores[known], scores[~known]) if known.any() and (~known).any() else None}
+    if found.calibration is not None and known.any():
+        members = found.calibration.members(softmax(found.logits[known]))
+        coverage, size = coverage_and_size(members, gold_idx[known])
+        out["conformal"] = {"coverage_asked": found.calibration.coverage, "coverage": coverage,
+                            "mean_set_size": size, "rows": int(known.sum()), "calibration_rows": found.calibration.rows}
+    return out
 
 
 def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto", max_length: int = 128,
@@ -57,7 +74,7 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
             raise KamalError("merge baselines are for text classifiers; token teachers are not merged")
         return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length,
                                        teacher_names=teacher_names)
-    texts, gold = _labelled(dataset)
+    texts, gold = load_labelled_rows(dataset)
     teachers = baseline_teachers(store, baseline, "sequence", teacher_names)
     if teachers[0].task == "token":
         raise KamalError(f"teacher {teachers[0].name} tags tokens; measure it on token data with tags")

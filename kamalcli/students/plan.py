@@ -32,6 +32,7 @@ class AmalgamateRequest:
     gate: dict | None = None           # muki-hard commit=auto: the measured selection it commits by
     init: str | None = None            # merge[:METHOD]: the student's encoder starts as the teachers' merged ones
     label_aliases: dict | None = None  # kamal labels merge: the merges the run started with (a resume needs the same)
+    gold: str | None = None            # a labelled dataset of transfer rows: a gold-label loss beside the method's
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -154,7 +155,22 @@ def plan(store, request: AmalgamateRequest):
         check_base(request.student, request.student_layers)
     if request.init:
         check_init(request, teachers)
+    if request.gold:
+        check_gold(store, request.gold, teachers, task)
     return method, options, teachers, dataset, name
+
+
+def check_gold(store, gold_name: str, teachers, task: str) -> None:
+    """--gold: a labelled text dataset whose labels are all in the teachers' union (any of their names)."""
+    if task == "token":
+        raise KamalError("--gold adds a gold-label loss for text classifiers; token teachers do not take it")
+    gold = store.dataset(gold_name)
+    if gold.task != "sequence" or not gold.has_labels:
+        raise KamalError(f"--gold {gold_name}: that dataset has no labels (add it with --label-column)")
+    space = store.label_space(teachers)
+    unknown = sorted(label for label in (gold.label_counts or {}) if not space.knows(label))
+    if unknown:
+        raise KamalError(f"--gold {gold_name} has labels none of the teachers knows: {', '.join(unknown[:5])}")
 
 
 def canonical_init(init: str | None) -> str | None:

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -15,6 +16,7 @@ import numpy as np
 from kamalcli import runtime
 from kamalcli.errors import KamalError
 from kamalcli.files import write_json_atomic
+from kamalcli.probs import softmax
 
 STDIN = "-"
 EMPTY = "empty text: not classified"
@@ -78,14 +80,67 @@ def predict_rows(student, texts: list[str], *, export=None, device: str = "auto"
 
 
 def _label_rows(student, texts: list[str], export, device: str, top: int) -> list[dict]:
-    labels, probs = predict_texts(student, texts, export=export, device=device)
-    top = min(top, len(labels))
+    """Label, probability and top labels; with a scope (kamal scope), in_scope and scope_score; once calibrated
+    (kamal calibrate), the prediction set."""
+    found = text_outputs(student, texts, export=export, device=device)
+    probs = softmax(found.logits)
+    scores = found.scope.scores(found.logits, found.features) if found.scope is not None else None
+    inside = found.scope.in_scope(scores) if scores is not None else None
+    sets = found.calibration.sets(probs, found.labels) if found.calibration is not None else None
+    top = min(top, len(found.labels))
     rows = []
-    for text, p in zip(texts, probs):
+    for i, (text, p) in enumerate(zip(texts, probs)):
         order = p.argsort()[::-1][:top]
-        rows.append({"text": text, "label": labels[order[0]], "probability": float(p[order[0]]),
-                     "top": [{"label": labels[i], "probability": float(p[i])} for i in order]})
+        row = {"text": text, "label": found.labels[order[0]], "probability": float(p[order[0]]),
+               "top": [{"label": found.labels[j], "probability": float(p[j])} for j in order]}
+        if scores is not None:
+            row.update(in_scope=bool(inside[i]), scope_score=float(scores[i]))
+        if sets is not None:
+            row["set"] = sets[i]
+        rows.append(row)
     return rows
+
+
+@dataclass(frozen=True)
+class TextOutputs:
+    labels: list[str]
+    logits: np.ndarray
+    features: np.ndarray | None  # only where the scope reads them
+    scope: object | None          # kamalcli/trust/scope.Scope
+    calibration: object | None    # kamalcli/trust/conformal.Calibration
+
+
+def text_outputs(student, texts: list[str], *, export=None, device: str = "auto", batch_size: int = 32) -> TextOutputs:
+    """A text student's logits on texts, with PyTorch or its ONNX export, and what it says about itself: its
+    scope (with the features it reads) and calibration, from the student's folder or the export's."""
+    if getattr(student, "task", "sequence") == "token":
+        raise KamalError(f"{student.name} tags tokens: its predictions are entities (predict_entities)")
+    if export is not None:
+        from kamalcli.export.runtime import OnnxClassifier
+
+        classifier = OnnxClassifier(Path(export.path), device=device)
+        scope = classifier.scope
+        if scope is not None and scope.needs_features and not classifier.has_features:
+            runtime.say_once(f"the ONNX export of {student.name} predates its scope score (no `features` output): "
+                             f"run `kamal export {student.name} --onnx --force` for in_scope and scope_score.")
+            scope = None
+        logits, features = classifier.predict_outputs(texts, batch_size=batch_size, max_length=student.max_length,
+                                                      features=scope is not None and scope.needs_features)
+        return TextOutputs(list(classifier.labels), logits, features, scope, classifier.calibration)
+    from kamalcli.models.inference import classifier_logits, classifier_logits_and_features
+    from kamalcli.runtime import resolve_device
+    from kamalcli.trust.conformal import load_calibration
+    from kamalcli.trust.scope import load_scope
+
+    folder, device = student.folder, resolve_device(device)
+    scope = load_scope(folder)
+    if scope is not None and scope.needs_features:
+        logits, features = classifier_logits_and_features(folder, texts, student.max_length, device=device,
+                                                          batch_size=batch_size)
+    else:
+        logits, features = classifier_logits(folder, texts, student.max_length, device=device,
+                                             batch_size=batch_size), None
+    return TextOutputs(list(student.labels), logits, features, scope, load_calibration(folder))
 
 
 def _aligned(texts: list[str], run: Callable[[list[str]], list[dict]], empty: dict) -> list[dict]:
@@ -119,18 +174,8 @@ def _read_notes(path: Path) -> list[str]:
 
 def predict_texts(student, texts: list[str], *, export=None, device: str = "auto",
                   batch_size: int = 32) -> tuple[list[str], np.ndarray]:
-    if getattr(student, "task", "sequence") == "token":
-        raise KamalError(f"{student.name} tags tokens: its predictions are entities (predict_entities)")
-    if export is not None:
-        from kamalcli.export.runtime import OnnxClassifier
-
-        classifier = OnnxClassifier(Path(export.path), device=device)
-        return list(classifier.labels), classifier.predict_proba(texts, batch_size=batch_size, max_length=student.max_length)
-    from kamalcli.models.inference import classifier_probs
-    from kamalcli.runtime import resolve_device
-
-    return list(student.labels), classifier_probs(student.folder, texts, student.max_length,
-                                                  device=resolve_device(device), batch_size=batch_size)
+    found = text_outputs(student, texts, export=export, device=device, batch_size=batch_size)
+    return found.labels, softmax(found.logits)
 
 
 def predict_entities(student, texts: list[str], *, export=None, device: str = "auto", batch_size: int = 32) -> list[dict]:

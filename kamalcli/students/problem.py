@@ -44,6 +44,7 @@ def sequence_problem(workspace, store, request, method, options, teachers, datas
     from kamalcli.models.batching import encode
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss
+    from kamalcli.train.objective import with_gold
 
     device = train_config.device
     outputs, probes, runner = _probed_outputs(workspace, store, request, method, options, teachers, dataset,
@@ -62,6 +63,10 @@ def sequence_problem(workspace, store, request, method, options, teachers, datas
         objective = method.build(context, options)
     else:
         objective = method.build(outputs, options)
+    if request.gold:
+        gold_rows = gold_on_transfer_rows(store, request.gold, texts, outputs.space, say)
+        objective = with_gold(objective, gold_rows)
+        train_rows, held_out = _gold_rows_train(train_rows, held_out, gold_rows)
     selector = None
     if request.select_by == "transfer-loss" and len(held_out):
         selector = HeldOutLoss(objective, encoded, held_out, device)
@@ -110,6 +115,38 @@ def token_problem(workspace, store, request, method, options, teachers, dataset,
         say(f"Model selection uses the tags of {eval_set.name} (entity F1; recorded with the student).")
     return Problem(model, tokenizer, base_folder, outputs, probes, aligned.encoded, objective, selector, train_rows,
                    held_out)
+
+
+def gold_on_transfer_rows(store, gold_name: str, texts: list[str], space, say) -> np.ndarray:
+    """amalgamate --gold: each transfer row's gold label index (-1: none), from a labelled dataset whose texts
+    are rows of the transfer data (as kamal label-queue writes them), matched by text."""
+    from kamalcli.data.text import load_labelled_rows
+
+    gold_texts, labels = load_labelled_rows(store.dataset(gold_name))
+    index = space.indices(labels)
+    by_text: dict[str, list[int]] = {}
+    for row, text in enumerate(texts):
+        by_text.setdefault(text, []).append(row)
+    gold = np.full(len(texts), -1, dtype=np.int64)
+    missing = 0
+    for text, label in zip(gold_texts, index):
+        rows = by_text.get(text)
+        if rows is None:
+            missing += 1
+            continue
+        gold[rows] = label
+    if missing == len(gold_texts):
+        raise KamalError(f"no text of {gold_name} is a row of the transfer data: label rows of it "
+                         "(kamal label-queue --data NAME writes them)")
+    say(f"Gold labels of {gold_name}: {len(gold_texts) - missing} transfer rows learn their label beside the method's "
+        "loss" + (f"; {missing} rows are not in the transfer data and are not used." if missing else "."))
+    return gold
+
+
+def _gold_rows_train(train_rows: np.ndarray, held_out: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows a user labelled are trained on, never held out for model selection."""
+    labelled = gold >= 0
+    return np.union1d(train_rows, np.flatnonzero(labelled)), held_out[~labelled[held_out]]
 
 
 def _split_rows(select_by: str, rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

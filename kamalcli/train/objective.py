@@ -72,3 +72,21 @@ def output_loss(objective: Objective, logits: "torch.Tensor", batch: dict[str, "
     if weights is not None:
         per_example = per_example * weights
     return per_example.mean()
+
+
+def with_gold(objective: Objective, gold: np.ndarray, weight: float = 1.0) -> Objective:
+    """The objective plus a cross-entropy on the rows a user labelled (gold: the label's index per row, -1 where
+    none), beside the method's own loss, for every method: per row, loss + weight * CE(logits, gold)."""
+    import torch
+
+    base = objective.loss
+
+    def loss(logits, batch):
+        labels = batch["gold_label"]
+        labelled = labels >= 0
+        ce = torch.nn.functional.cross_entropy(logits.float(), labels.clamp(min=0), reduction="none")
+        return base(logits, batch) + weight * torch.where(labelled, ce, torch.zeros_like(ce))
+
+    info = {**objective.info, "gold": {"rows": int((gold >= 0).sum()), "weight": weight}}
+    return Objective({**objective.arrays, "gold_label": np.asarray(gold, dtype=np.int64)}, loss, objective.weights,
+                     info, objective.auxiliary)

@@ -310,3 +310,13 @@ def _run_script(db, script: str) -> None:
     for statement in script.split(";"):
         if statement.strip():
             db.execute(statement)
+
+
+@migration
+def m011_student_scope_and_calibration(db):
+    # What a student says about itself (kamalcli/trust): the scope score fitted on its transfer rows when it
+    # was trained (or by `kamal scope`), and the conformal threshold of `kamal calibrate`, as JSON. The
+    # student's folder holds the same (scope.json, calibration.json) for predict and the exports. NULL for
+    # students trained before this migration until `kamal scope` fits one.
+    db.execute("ALTER TABLE students ADD COLUMN scope TEXT")
+    db.execute("ALTER TABLE students ADD COLUMN calibration TEXT")

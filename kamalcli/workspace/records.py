@@ -175,6 +175,8 @@ class Student:
     parent: str | None = None
     teachers: tuple[dict, ...] = ()
     task: str = "sequence"
+    scope: dict | None = None         # kamalcli/trust/scope.py: Scope.as_json(), fitted on its transfer rows
+    calibration: dict | None = None   # kamalcli/trust/conformal.py: Calibration.as_json(), from kamal calibrate
 
     @property
     def folder(self) -> Path:
@@ -210,6 +212,8 @@ class Student:
             "seed": self.seed,
             "train": self.train,
             "metrics": self.metrics,
+            "scope": self.scope,
+            "calibration": self.calibration,
             "run_id": self.run_id,
             "created_at": self.created_at,
         }

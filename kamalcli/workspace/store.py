@@ -406,7 +406,8 @@ class Store:
     # -- students -------------------------------------------------------------
     def _student(self, row: dict) -> Student:
         row = dict(row)
-        for key, default in (("options", {}), ("labels", []), ("train", {}), ("metrics", {})):
+        for key, default in (("options", {}), ("labels", []), ("train", {}), ("metrics", {}), ("scope", None),
+                             ("calibration", None)):
             row[key] = _loads(row[key], default)
         row["path"], row["base"] = self._abs(row["path"]), self._abs(row["base"])
         parent = self._one("SELECT name FROM students WHERE id = ?", [row["parent_id"]]) if row["parent_id"] else None
@@ -434,6 +435,8 @@ class Store:
         """teachers: (teacher, probe_id) in the order of the student's label space; losses: (step, training loss)."""
         for key in ("options", "labels", "train", "metrics"):
             fields[key] = _dumps(fields.get(key, {}))
+        for key in ("scope", "calibration"):
+            fields[key] = _dumps(fields[key]) if fields.get(key) is not None else None
         fields["path"], fields["base"] = self._rel(fields["path"]), self._rel(fields["base"])
         with self.transaction():
             student_id = self._insert("students", fields)
@@ -446,6 +449,14 @@ class Store:
                     [student_id, position, teacher.id, teacher.name, teacher.fingerprint, probe_id],
                 )
         return self.student_by_id(student_id)
+
+    def set_student_trust(self, student_id: int, *, scope: dict | None = None,
+                          calibration: dict | None = None) -> None:
+        """Record a student's scope or calibration (kamalcli/trust); the caller writes its folder's files
+        inside this transaction."""
+        for column, value in (("scope", scope), ("calibration", calibration)):
+            if value is not None:
+                self.db.execute(f"UPDATE students SET {column} = ? WHERE id = ?", [_dumps(value), student_id])
 
     def loss_history(self, student_id: int) -> list[tuple[int, float]]:
         """(step, training loss) in step order; empty for a student trained before kamal recorded it."""

@@ -1,4 +1,4 @@
-"""Relative Mahalanobis distance (Ren et al. 2021), as StrataNet uses it for OOD scores.
+"""Relative Mahalanobis distance (Ren et al. 2021): the probe's and StrataNet's OOD scores, and a student's scope.
 
 Class-conditional Gaussians N(mu_k, Sigma) with one shared covariance are fitted
 on in-distribution features; one background Gaussian N(mu_0, Sigma_0) on all

@@ -1,0 +1,120 @@
+"""kamal scope, kamal calibrate: what a student says about itself (kamalcli/trust)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kamalcli.cli.app import App, pass_app
+from kamalcli.cli.render import emit_json, json_option
+from kamalcli.errors import KamalError
+
+
+@click.command()
+@click.argument("student_name")
+@click.option("--data", "data_name", help="Texts in the student's scope, labelled or not (default: its transfer data).")
+@click.option("--keep", type=float, default=0.95, show_default=True,
+              help="Share of those texts the threshold keeps in scope.")
+@click.option("--score", type=click.Choice(["rmd", "energy", "msp"]), default="rmd", show_default=True,
+              help="rmd: relative Mahalanobis distance of the student's features; energy: log-sum-exp of its "
+                   "logits; msp: its largest probability.")
+@click.option("--device", help="cpu, cuda or auto.")
+@json_option
+@pass_app
+def scope(app: App, student_name, data_name, keep, score, device, as_json) -> None:
+    """Fit (again) the score with which a student flags texts none of its teachers knew. amalgamate fits one on
+    the transfer data; this refits it, or fits one for a student trained before kamal did."""
+    from kamalcli.students.trust import fit_student_scope
+
+    device = app.device(device)
+    with app.writer() as store:
+        student = store.student(student_name)
+        dataset = store.dataset(data_name) if data_name else _transfer_data(store, student)
+        store.claim("student", student.name, exclusive=True)
+        store.claim_inputs(datasets=[dataset])
+        fitted = fit_student_scope(store, student, dataset, keep=keep, score=score, device=device)
+    if as_json:
+        emit_json({"student": student.name, **fitted.as_json()})
+        return
+    click.echo(f"student {student.name}: scope {fitted.score} fitted on {fitted.rows} rows of {fitted.data}; "
+               f"threshold {fitted.threshold:.4g} keeps {100 * fitted.keep:.0f}% of them. "
+               f"`kamal predict --json` adds in_scope and scope_score.")
+
+
+def _transfer_data(store, student):
+    if student.transfer_dataset_id is None:
+        raise KamalError(f"student {student.name}'s transfer data is no longer in the workspace: give --data NAME")
+    return store.dataset_by_id(student.transfer_dataset_id)
+
+
+@click.command()
+@click.argument("student_name")
+@click.option("--data", "data_name", required=True, help="A labelled dataset of the student's labels (any of their names).")
+@click.option("--coverage", type=float, default=0.9, show_default=True,
+              help="Probability that a prediction set holds the true label.")
+@click.option("--device", help="cpu, cuda or auto.")
+@json_option
+@pass_app
+def calibrate(app: App, student_name, data_name, coverage, device, as_json) -> None:
+    """Prediction sets with a guarantee (split conformal): after this, `kamal predict --json` adds `set`, the
+    labels that hold the true one with probability COVERAGE, and `kamal eval` reports coverage and set size."""
+    from kamalcli.students.trust import calibrate_student
+    from kamalcli.trust.conformal import check_coverage
+
+    check_coverage(coverage)
+    device = app.device(device)
+    with app.writer() as store:
+        student = store.student(student_name)
+        dataset = store.dataset(data_name)
+        store.claim("student", student.name, exclusive=True)
+        store.claim_inputs(datasets=[dataset])
+        calibration, notes = calibrate_student(store, student, dataset, coverage=coverage, device=device)
+    if as_json:
+        emit_json({"student": student.name, **calibration.as_json(), "notes": notes})
+        return
+    for line in notes:
+        click.echo(line)
+    click.echo(f"student {student.name}: calibrated on {calibration.rows} rows of {calibration.data} for coverage "
+               f"{calibration.coverage:g} (a label is in the set when its probability is at least "
+               f"{max(0.0, 1 - calibration.threshold):.4g}).")
+
+
+@click.command("label-queue")
+@click.option("--data", "data_name", required=True, help="The texts to choose from (usually the transfer data).")
+@click.option("--n", "n", type=int, required=True, help="How many rows to queue.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="A .csv or .jsonl file to write; fill in its `label` column.")
+@click.option("--student", "student_name", help="Also rank by how unsure this student is, and spread rows by its "
+                                                "features (default: teachers only).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--device", help="cpu, cuda or auto.")
+@json_option
+@pass_app
+def label_queue(app: App, data_name, n, out, student_name, force, device, as_json) -> None:
+    """The N rows whose labels would help most (the teachers disagree, the margin is small, the student is
+    unsure), spread out, written to a file: fill in `label`, then `kamal add-data FILE --name gold
+    --label-column label` and `kamal amalgamate ... --gold gold` or `kamal calibrate STUDENT --data gold`."""
+    from kamalcli.students.label_queue import queue_rows, write_queue
+
+    device = app.device(device)
+    if out.suffix.lower() not in (".csv", ".jsonl"):
+        raise KamalError(f"--out {out}: write the queue to a .csv or .jsonl file")
+    if out.exists() and not force:
+        raise KamalError(f"{out} exists (labels you filled in?): choose another --out, or --force to replace it")
+    with app.writer() as store:  # teachers' outputs on the data are probed (K = 1) and cached when missing
+        dataset = store.dataset(data_name)
+        student = store.student(student_name) if student_name else None
+        store.claim_inputs(datasets=[dataset])
+        rows = queue_rows(app.workspace, store, dataset, n, student=student,
+                          max_length=app.workspace.setting("probe", "max_length"), device=device)
+    write_queue(rows, out, force=force)
+    if as_json:
+        emit_json({"out": str(out), "rows": rows})
+        return
+    click.echo(f"{len(rows)} rows of {data_name} to label in {out} (most useful first). Fill in `label`, then:\n"
+               f"  kamal add-data {out} --name gold --label-column label\n"
+               f"  kamal amalgamate --method muki-hard --data {data_name} --gold gold")
+
+
+COMMANDS = [scope, calibrate, label_queue]

@@ -1,0 +1,125 @@
+"""kamal label-queue: the rows of a dataset whose labels would help most, spread out, in a file to fill in.
+
+Each row gets up to three label-free signals, each as its percentile among the rows:
+- the teachers disagree: 1 - the largest share of the union's probability mass one teacher holds (softmax over
+  the concatenated logits, vanilla-kd's target), so rows two teachers both claim come first;
+- the margin is small: 1 - (first - second) probability of that union distribution;
+- the student is unsure: its normalised entropy (when a student is given).
+The priority is their mean. Rows are then taken greedily by priority minus SPREAD x their largest cosine
+similarity to a row already taken (the student's features, else the union distribution), and a row closer
+than NEAR_DUPLICATE to one taken is never taken: a queue of near copies teaches one thing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.files import write_text_atomic
+from kamalcli.probs import normalised_entropy, percentile, softmax
+
+SPREAD = 0.5
+NEAR_DUPLICATE = 0.95
+CANDIDATES = 10  # times N: rows considered for the spread
+
+
+def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: int, device: str) -> list[dict]:
+    """The N rows to label, most useful first, each with the teachers' suggestion and the signals."""
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.methods.vanilla_kd import union_logits
+    from kamalcli.probe.outputs import teacher_outputs
+    from kamalcli.probe.runner import Runner
+
+    if dataset.task != "sequence":
+        raise KamalError(f"dataset {dataset.name} holds tokens with tags; label-queue is for texts")
+    texts, _ = load_dataset_rows(dataset)
+    if not 1 <= n <= len(texts):
+        raise KamalError(f"--n {n}: dataset {dataset.name} has {len(texts)} rows; ask for 1 to {len(texts)}")
+    teachers = store.teachers_of_task("sequence")
+    if not teachers:
+        raise KamalError("no text teachers registered: the queue ranks rows by how the teachers disagree")
+    runner = Runner(workspace, store, device=device)
+    outputs = teacher_outputs(store, teachers, [runner.logits_probe(t, dataset, max_length) for t in teachers])
+    union = softmax(union_logits(outputs))
+    signals = {"teachers_disagree": teachers_disagree(outputs), "small_margin": 1.0 - margin(union)}
+    features = union
+    if student is not None:
+        from kamalcli.students.predict import text_outputs
+
+        found = text_outputs(student, texts, device=device)
+        signals["student_unsure"] = normalised_entropy(softmax(found.logits))
+        features = student_features(student, texts, device) if found.features is None else found.features
+    ranks = {name: percentile(values) for name, values in signals.items()}
+    priority = np.mean(list(ranks.values()), axis=0)
+    chosen = spread_out(priority, features, n)
+    names = list(outputs.space.names)
+    rows = []
+    for i in chosen:
+        order = np.argsort(-union[i])[:3]
+        rows.append({"row": int(i), "text": texts[i], "label": "", "suggested": names[order[0]],
+                     "candidates": " | ".join(names[j] for j in order), "priority": round(float(priority[i]), 4),
+                     **{name: round(float(values[i]), 4) for name, values in signals.items()}})
+    return rows
+
+
+def teachers_disagree(outputs) -> np.ndarray:
+    """1 - the largest share of the union distribution's mass that one teacher's labels hold."""
+    lse = np.stack([np.logaddexp.reduce(z.astype(np.float64), axis=1) for z in outputs.logits], axis=1)
+    return 1.0 - softmax(lse).max(axis=1)
+
+
+def margin(probs: np.ndarray) -> np.ndarray:
+    top = np.sort(probs, axis=1)
+    return top[:, -1] - (top[:, -2] if probs.shape[1] > 1 else 0.0)
+
+
+def student_features(student, texts: list[str], device: str) -> np.ndarray:
+    from kamalcli.models.inference import classifier_logits_and_features
+    from kamalcli.runtime import resolve_device
+
+    return classifier_logits_and_features(student.folder, texts, student.max_length, device=resolve_device(device))[1]
+
+
+def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
+    """Greedy: the highest priority - SPREAD x (largest cosine to a row taken); near duplicates never."""
+    vectors = np.asarray(features, dtype=np.float64)
+    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    pool = np.argsort(-priority, kind="stable")[: max(n * CANDIDATES, n)]
+    closest = np.full(len(pool), -1.0)  # largest cosine to any row taken so far
+    taken: list[int] = []
+    alive = np.ones(len(pool), dtype=bool)
+    while len(taken) < n:
+        value = np.where(alive, priority[pool] - SPREAD * np.maximum(closest, 0.0), -np.inf)
+        best = int(np.argmax(value))
+        if not np.isfinite(value[best]):  # the candidates left are near copies: fill up by priority alone
+            rest = [int(i) for i in np.argsort(-priority, kind="stable") if int(i) not in set(taken)]
+            return taken + rest[: n - len(taken)]
+        taken.append(int(pool[best]))
+        alive[best] = False
+        closest = np.maximum(closest, vectors[pool] @ vectors[pool[best]])
+        alive &= closest < NEAR_DUPLICATE
+    return taken
+
+
+def write_queue(rows: list[dict], out: Path, *, force: bool = False) -> None:
+    """csv or jsonl by the file's suffix; written whole (temporary file + rename); an existing file is kept
+    unless force."""
+    suffix = out.suffix.lower()
+    if suffix not in (".csv", ".jsonl"):
+        raise KamalError(f"--out {out}: write the queue to a .csv or .jsonl file")
+    if out.exists() and not force:
+        raise KamalError(f"{out} exists (labels you filled in?): choose another --out, or --force to replace it")
+    if suffix == ".jsonl":
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buffer.getvalue()
+    write_text_atomic(out, text)

@@ -1,0 +1,73 @@
+"""kamal scope and kamal calibrate: a student's scope score fitted on unlabelled text, and conformal sets
+calibrated on labelled text (kamalcli/trust). Both are saved in the student's folder, where predict and the
+exports read them, and recorded with the student in the database, in one transaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from kamalcli.errors import KamalError
+from kamalcli.runtime import resolve_device
+from kamalcli.files import write_json_atomic
+from kamalcli.trust import conformal
+from kamalcli.trust.scope import DEFAULT_KEEP, DEFAULT_SCORE, Scope, fit_scope
+
+
+def sequence_student(student, what: str):
+    if student.task == "token":
+        raise KamalError(f"student {student.name} tags tokens; {what} is for text classifiers")
+    return student
+
+
+def scope_from_model(model, encoded, *, data: str, device: str, keep: float = DEFAULT_KEEP,
+                     score: str = DEFAULT_SCORE, seed: int = 0) -> Scope:
+    """The scope of a model in memory over encoded transfer rows (amalgamate fits it before saving)."""
+    from kamalcli.models.inference import logits_and_features
+
+    logits, features = logits_and_features(model, encoded, device=device)
+    return fit_scope(logits, features, score=score, keep=keep, data=data, seed=seed)
+
+
+def fit_student_scope(store, student, dataset, *, keep: float = DEFAULT_KEEP, score: str = DEFAULT_SCORE,
+                      device: str = "cpu") -> Scope:
+    """kamal scope: fit (again) on a dataset's texts, labelled or not, and record it."""
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.models.inference import classifier_logits_and_features
+
+    folder = sequence_student(student, "a scope").folder
+    texts, _ = load_dataset_rows(dataset)
+    logits, features = classifier_logits_and_features(folder, texts, student.max_length, device=resolve_device(device))
+    scope = fit_scope(logits, features, score=score, keep=keep, data=dataset.name, seed=student.seed)
+    with store.transaction():
+        store.set_student_trust(student.id, scope=scope.as_json())
+        scope.save(folder)
+    return scope
+
+
+def calibrate_student(store, student, dataset, *, coverage: float = 0.9, device: str = "cpu"):
+    """kamal calibrate: the conformal threshold from a labelled dataset of the student's labels (any of their
+    names). Returns (Calibration, notes)."""
+    from kamalcli.data.text import load_labelled_rows
+    from kamalcli.models.inference import classifier_probs
+
+    conformal.check_coverage(coverage)
+    folder = sequence_student(student, "calibration").folder
+    texts, gold = load_labelled_rows(dataset)
+    index = np.asarray(student.aliases.indices(gold, student.labels))
+    unknown = sorted({g for g, i in zip(gold, index) if i < 0})
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise KamalError(f"dataset {dataset.name} has labels student {student.name} does not know ({shown}): "
+                         "calibrate on rows of its labels only")
+    probs = classifier_probs(folder, texts, student.max_length, device=resolve_device(device))
+    calibration = conformal.calibrate(probs, index, coverage, data=dataset.name)
+    notes = []
+    if calibration.complete:
+        notes.append(f"{len(texts)} rows are too few for coverage {coverage:g}: every set holds every label "
+                     f"(at least {conformal.rows_needed(coverage)} rows are needed; use more, or a lower --coverage).")
+    with store.transaction():
+        store.set_student_trust(student.id, calibration=calibration.as_json())
+        write_json_atomic(Path(folder) / conformal.FILE, calibration.as_json())
+    return calibration, notes

@@ -1,0 +1,239 @@
+"""What a student says about itself (issue 33): the scope score, conformal prediction sets, the label queue and
+amalgamate --gold. Golden values for the maths; the CLI end to end, exports included."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from kamalcli.errors import KamalError
+from kamalcli.probs import auroc
+from kamalcli.trust import conformal
+from kamalcli.trust.scope import fit_scope, load_scope, scope_scores
+
+TRAIN = ["--epochs", "2", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
+
+
+# -- golden values ----------------------------------------------------------------------------------------
+
+def test_auroc_golden():
+    # pairs (in, out): (0.9, 0.1) (0.9, 0.5) (0.4, 0.1) win, (0.4, 0.5) loses; a tie counts half
+    assert auroc(np.array([0.9, 0.4]), np.array([0.1, 0.5])) == pytest.approx(0.75)
+    assert auroc(np.array([1.0]), np.array([1.0, 0.0])) == pytest.approx(0.75)
+    assert np.isnan(auroc(np.array([1.0]), np.array([])))
+
+
+def test_conformal_threshold_sets_and_coverage_golden():
+    probs = np.array([[0.7, 0.2, 0.1], [0.5, 0.4, 0.1], [0.1, 0.6, 0.3], [0.3, 0.3, 0.4]])
+    gold = np.array([0, 1, 1, 0])
+    # nonconformity 1 - p(true): 0.3, 0.6, 0.4, 0.7; coverage 0.6 with n = 4: the ceil(5 * 0.6) = 3rd smallest
+    cal = conformal.calibrate(probs, gold, 0.6, data="d")
+    assert cal.threshold == pytest.approx(0.6) and cal.rows == 4 and not cal.complete
+    # a label is in when p >= 1 - 0.6 = 0.4
+    assert cal.sets(probs, ["a", "b", "c"]) == [["a"], ["a", "b"], ["b"], ["c"]]
+    assert conformal.coverage_and_size(cal.members(probs), gold) == pytest.approx((0.75, 1.25))
+    # 0.8 asks for the ceil(5 * 0.8) = 4th of 4; 0.9 for a 5th that does not exist: every label
+    assert conformal.calibrate(probs, gold, 0.8).threshold == pytest.approx(0.7)
+    assert conformal.calibrate(probs, gold, 0.9).complete
+    assert [conformal.rows_needed(c) for c in (0.8, 0.9, 0.95)] == [4, 9, 19]
+    assert conformal.Calibration.from_json(cal.as_json()) == cal
+
+
+@pytest.mark.parametrize("coverage", [0.0, 1.0, -0.5, 1.5])
+def test_conformal_refuses_coverage_outside_zero_one(coverage):
+    with pytest.raises(KamalError, match="strictly between 0 and 1"):
+        conformal.calibrate(np.array([[0.5, 0.5]]), np.array([0]), coverage)
+
+
+def test_scope_scores_golden_and_threshold_keeps_the_share_asked():
+    logits = np.array([[2.0, 0.0], [0.0, 0.0]])
+    assert scope_scores("energy", logits) == pytest.approx([2.126928, 0.693147], abs=1e-6)
+    assert scope_scores("msp", logits) == pytest.approx([0.880797, 0.5], abs=1e-6)
+    values = np.arange(100, dtype=float)
+    fitted = fit_scope(np.stack([values, np.zeros(100)], axis=1), score="msp", keep=0.9)
+    kept = fitted.in_scope(fitted.scores(np.stack([values, np.zeros(100)], axis=1)))
+    assert kept.mean() == pytest.approx(0.9, abs=0.011)
+    with pytest.raises(KamalError, match="between 0 and 1"):
+        fit_scope(np.zeros((30, 2)), score="energy", keep=1.0)
+    with pytest.raises(KamalError, match="at least 20"):
+        fit_scope(np.zeros((5, 2)), score="energy")
+
+
+def test_rmd_scope_flags_far_rows_and_keeps_new_near_ones(tmp_path):
+    rng = np.random.default_rng(0)
+    centres = np.array([[4.0, 0, 0, 0], [-4.0, 0, 0, 0]])
+    def rows(n, centre, seed):
+        return np.random.default_rng(seed).normal(size=(n, 4)) + centre
+    fit = np.concatenate([rows(200, centres[0], 1), rows(200, centres[1], 2)])
+    logits = np.stack([fit[:, 0], -fit[:, 0]], axis=1)
+    scope = fit_scope(logits, fit, score="rmd", keep=0.95)
+    fresh = np.concatenate([rows(500, centres[0], 3), rows(500, centres[1], 4)])
+    far = rng.normal(size=(300, 4)) + np.array([0.0, 6.0, 0, 0])
+    kept = scope.in_scope(scope.scores(None, fresh)).mean()
+    # the out-of-fold threshold keeps close to the share asked of new rows from the same distribution
+    assert 0.90 <= kept <= 0.99
+    assert scope.in_scope(scope.scores(None, far)).mean() < 0.05
+    scope.save(tmp_path)
+    again = load_scope(tmp_path)
+    assert again.threshold == scope.threshold and np.allclose(again.scores(None, far), scope.scores(None, far))
+
+
+def test_gold_loss_adds_cross_entropy_on_labelled_rows_only():
+    import torch
+
+    from kamalcli.train.objective import Objective, with_gold
+
+    base = Objective({"x": np.zeros(3, dtype=np.float32)}, lambda logits, batch: torch.ones(len(logits)))
+    objective = with_gold(base, np.array([1, -1, 0]), weight=2.0)
+    logits = torch.tensor([[0.0, 0.0], [5.0, 0.0], [0.0, 0.0]])
+    batch = {"gold_label": torch.tensor([1, -1, 0]), "x": torch.zeros(3)}
+    # CE of a uniform pair is log 2; the unlabelled row keeps the method's loss alone
+    assert objective.loss(logits, batch).tolist() == pytest.approx([1 + 2 * np.log(2), 1.0, 1 + 2 * np.log(2)])
+    assert objective.info["gold"] == {"rows": 2, "weight": 2.0}
+
+
+def test_label_queue_signals_and_spread_golden():
+    from types import SimpleNamespace
+
+    from kamalcli.students.label_queue import margin, spread_out, teachers_disagree
+
+    outputs = SimpleNamespace(logits=(np.log(np.array([[3.0, 1.0], [1.0, 1.0]])), np.log(np.array([[4.0], [2.0]]))))
+    # mass of teacher a: 4/8 and 2/4 -> both 0.5 shared: disagreement 0.5
+    assert teachers_disagree(outputs) == pytest.approx([0.5, 0.5])
+    assert margin(np.array([[0.5, 0.3, 0.2], [0.4, 0.4, 0.2]])) == pytest.approx([0.2, 0.0])
+    priority = np.array([0.9, 0.89, 0.5, 0.1])
+    vectors = np.array([[1.0, 0.0], [1.0, 0.01], [0.0, 1.0], [0.7, 0.7]])
+    # row 1 is a near copy of row 0: never taken while others remain
+    assert spread_out(priority, vectors, 3) == [0, 2, 3]
+
+
+# -- the command line --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def student(two_teachers, assets):
+    two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "kd", "--student", assets["encoder"], *TRAIN)
+    return two_teachers
+
+
+def test_amalgamate_fits_a_scope_that_predict_eval_and_the_onnx_export_share(student, ws, assets, tmp_path):
+    record = next(s for s in student.json("students") if s["name"] == "kd")
+    assert record["scope"]["score"] == "rmd" and record["scope"]["rows"] == 240 and record["scope"]["keep"] == 0.95
+    folder = ws / ".kamal" / "artifacts" / "students" / "kd"
+    assert (folder / "scope.npz").is_file()
+    texts = ["goal match league coach", "market bank revenue", "doctor clinic nurse therapy", "zzz qqq"]
+    torch_side = student.json("predict", "kd", *texts)
+    assert all(isinstance(r["in_scope"], bool) and isinstance(r["scope_score"], float) for r in torch_side)
+    assert "set" not in torch_side[0]  # not calibrated yet
+    metrics = student.json("eval", "kd", "--data", "test")
+    assert 0.0 <= metrics["scope"]["flagged"] <= 1.0 and metrics["scope"]["auroc"] is None  # every gold label known
+    student("export", "kd", "--onnx")
+    onnx_side = student.json("predict", "kd", "--onnx", *texts)
+    for a, b in zip(onnx_side, torch_side):
+        assert a["scope_score"] == pytest.approx(b["scope_score"], rel=1e-3, abs=1e-3)
+        assert a["in_scope"] == b["in_scope"]
+    export = json.loads((ws / ".kamal" / "artifacts" / "exports" / "kd" / "export.json").read_text())
+    assert export["outputs"] == ["logits", "features"] and export["parity"]["features_max_abs_diff"] < 1e-3
+    assert "Out of scope" in (ws / ".kamal" / "artifacts" / "exports" / "kd" / "README.md").read_text()
+    student("export", "kd", "--hf", "--out", tmp_path / "hf")
+    assert (tmp_path / "hf" / "scope.npz").is_file()
+
+
+def test_eval_reports_how_well_the_scope_flags_labels_no_teacher_knows(student, assets):
+    student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
+    metrics = student.json("eval", "kd", "--data", "test6")
+    scope = metrics["scope"]
+    assert 0.0 <= scope["auroc"] <= 1.0 and scope["flagged_unknown"] is not None
+    assert "flagged out of scope" in student("eval", "kd", "--data", "test6").stdout
+
+
+def test_calibrate_gives_sets_in_predict_eval_and_exports(student, ws):
+    out = student("calibrate", "kd", "--data", "test", "--coverage", "0.8")
+    assert "calibrated on 80 rows of test for coverage 0.8" in out.stdout
+    record = next(s for s in student.json("students") if s["name"] == "kd")
+    assert record["calibration"]["coverage"] == 0.8 and record["calibration"]["rows"] == 80
+    rows = student.json("predict", "kd", "market bank revenue", "goal match")
+    assert all(isinstance(r["set"], list) for r in rows)
+    sets = student.json("eval", "kd", "--data", "test")["conformal"]
+    # calibrated and measured on the same 80 rows: coverage at least the ceil(81 * 0.8) / 80 the threshold took
+    assert sets["coverage"] >= 0.8 and sets["coverage_asked"] == 0.8 and 1.0 <= sets["mean_set_size"] <= 4.0
+    student("export", "kd", "--onnx")
+    assert [r["set"] for r in student.json("predict", "kd", "--onnx", "market bank revenue", "goal match")] == \
+        [r["set"] for r in rows]
+    assert "Prediction sets" in (ws / ".kamal" / "artifacts" / "exports" / "kd" / "README.md").read_text()
+
+
+def test_calibrate_and_scope_refuse_bad_input_in_one_line(student, assets, tmp_path):
+    assert "has no gold labels" in student("calibrate", "kd", "--data", "pool", code=2).stderr
+    student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
+    before = student.db_snapshot()
+    err = student("calibrate", "kd", "--data", "test6", code=2).stderr
+    assert "does not know (arts, health)" in err and err.count("\n") == 1
+    for coverage in ("0", "1", "1.5"):
+        assert "strictly between 0 and 1" in student("calibrate", "kd", "--data", "test", "--coverage", coverage,
+                                                     code=2).stderr
+    assert "between 0 and 1" in student("scope", "kd", "--keep", "1.2", code=2).stderr
+    assert student.db_snapshot() == before
+    assert "Prediction" not in student("eval", "kd", "--data", "test").stdout
+
+
+def test_scope_refits_on_other_data(student):
+    fitted = student.json("scope", "kd", "--data", "test", "--keep", "0.9", "--score", "energy")
+    assert (fitted["score"], fitted["rows"], fitted["keep"], fitted["data"]) == ("energy", 80, 0.9, "test")
+    rows = student.json("predict", "kd", "market bank revenue")
+    record = next(s for s in student.json("students") if s["name"] == "kd")
+    assert record["scope"]["score"] == "energy"
+    assert rows[0]["in_scope"] == (rows[0]["scope_score"] >= record["scope"]["threshold"])
+
+
+def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(student, assets, tmp_path):
+    out = tmp_path / "queue.csv"
+    student("label-queue", "--data", "pool", "--n", "12", "--out", out, "--student", "kd")
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 12 and len({r["text"] for r in rows}) == 12
+    assert set(rows[0]) >= {"row", "text", "label", "suggested", "candidates", "priority", "teachers_disagree",
+                            "small_margin", "student_unsure"}
+    priorities = [float(r["priority"]) for r in rows]
+    assert max(priorities) == priorities[0]
+    assert "exists" in student("label-queue", "--data", "pool", "--n", "3", "--out", out, code=2).stderr
+    assert "has 240 rows" in student("label-queue", "--data", "pool", "--n", "999", "--out", tmp_path / "q.jsonl",
+                                     code=2).stderr
+    assert ".csv or .jsonl" in student("label-queue", "--data", "pool", "--n", "3", "--out", tmp_path / "q.txt",
+                                       code=2).stderr
+    truth = {json.loads(line)["text"]: json.loads(line)["label"] for line in open(assets["train"])}
+    for r in rows:  # the user fills in the labels (here: the pool's own topics, by keyword from the generator)
+        r["label"] = truth.get(r["text"], r["suggested"])
+    filled = tmp_path / "filled.csv"
+    with open(filled, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    student("add-data", filled, "--name", "gold", "--label-column", "label")
+    result = student("amalgamate", "--method", "vanilla-kd", "--name", "kd-gold", "--data", "pool", "--gold", "gold",
+                     "--student", assets["encoder"], *TRAIN)
+    assert "Gold labels of gold: 12 transfer rows learn their label" in result.stderr
+    record = next(s for s in student.json("students") if s["name"] == "kd-gold")
+    assert record["train"]["gold"] == "gold" and record["train"]["objective"]["gold"]["rows"] == 12
+
+
+def test_gold_refuses_data_without_labels_or_with_unknown_ones(student, assets, tmp_path):
+    args = ["amalgamate", "--method", "vanilla-kd", "--student", assets["encoder"], *TRAIN, "--data", "pool"]
+    assert "has no labels" in student(*args, "--gold", "pool", code=2).stderr
+    student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
+    before = student.db_snapshot()
+    assert "none of the teachers knows: arts, health" in student(*args, "--gold", "test6", code=2).stderr
+    assert student.db_snapshot() == before
+
+
+def test_predict_table_marks_out_of_scope_rows_and_shows_sets(capsys):
+    from kamalcli.cli.student_cmds import _print_labels
+
+    _print_labels([{"text": "t", "label": "a", "probability": 0.6, "top": [{"label": "a", "probability": 0.6}],
+                    "in_scope": False, "scope_score": -3.0, "set": ["a", "b"]},
+                   {"text": "u", "label": "b", "probability": 0.9, "top": [{"label": "b", "probability": 0.9}],
+                    "in_scope": True, "scope_score": 1.0}])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["a\t0.600\tt\t[out of scope]\tset: {a, b}", "b\t0.900\tu"]
