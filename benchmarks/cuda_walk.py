@@ -2,11 +2,11 @@
 
     python benchmarks/cuda_walk.py [--device cuda] [--out FOLDER]
 
-Builds two tiny teachers and a synthetic pool (tests/tiny.py), then runs kamal as a user would: init,
-add-teacher, add-data, probe, amalgamate (muki-hard; dfa with the teachers in the loop), eval, predict,
-export --onnx and predict --onnx, each with --device where the command takes it. Prints one line per step
-(exit code, seconds) and whether the device's predictions agree with the CPU's: a path check, not a speed
-figure (gpu_figures.py measures speed).
+Builds a tiny encoder and synthetic topic data (tests/tiny.py), then runs kamal as a user would: init,
+add-data, train-teacher (two teachers), probe, amalgamate (muki-hard; dfa with the teachers in the loop), eval, predict,
+calibrate, export --onnx and predict --onnx, each with --device where the command takes it. Prints one line
+per step (exit code, seconds) and whether the device's predictions (labels, in_scope, prediction sets, scope
+scores) agree with the CPU's: a path check, not a speed figure (gpu_figures.py measures speed).
 """
 
 from __future__ import annotations
@@ -41,17 +41,22 @@ def main() -> int:
     root = args.out or Path(tempfile.mkdtemp(prefix="kamal-cuda-walk-"))
     root.mkdir(parents=True, exist_ok=True)
     four = ["world", "sports", "business", "scitech"]
-    tiny.make_classifier(root / "news", ["world", "sports"], seed=1)
-    tiny.make_classifier(root / "money", ["business", "scitech"], seed=2)
     tiny.make_encoder(root / "encoder", seed=6)
+    tiny.write_jsonl(root / "train.jsonl", tiny.topic_rows(four, 60, seed=11))
     tiny.write_jsonl(root / "pool.jsonl", [{"text": r["text"]} for r in tiny.topic_rows(four, 60, seed=12)])
     tiny.write_jsonl(root / "test.jsonl", tiny.topic_rows(four, 20, seed=13))
     ws, device = root / "ws", args.device
-    training = ("--student", root / "encoder", "--steps", 40, "--batch-size", 16, "--max-length", 32, "--device", device)
+    teacher_training = ("--base", root / "encoder", "--epochs", 10, "--lr", "3e-3", "--batch-size", 16,
+                        "--max-length", 32, "--device", device)
+    training = ("--student", root / "encoder", "--epochs", 8, "--lr", "2e-3", "--batch-size", 16, "--max-length", 32,
+                "--device", device)
     steps = [
         ("init", ("init", ws)),
-        ("add-teacher news", ("add-teacher", root / "news", "--name", "news")),
-        ("add-teacher money", ("add-teacher", root / "money", "--name", "money")),
+        ("add-data train", ("add-data", root / "train.jsonl", "--name", "train", "--role", "eval")),
+        ("train-teacher news", ("train-teacher", "train", "--labels", "world,sports", "--name", "news",
+                                *teacher_training)),
+        ("train-teacher money", ("train-teacher", "train", "--labels", "business,scitech", "--name", "money",
+                                 *teacher_training)),
         ("add-data pool", ("add-data", root / "pool.jsonl", "--name", "pool")),
         ("add-data test", ("add-data", root / "test.jsonl", "--name", "test", "--role", "eval")),
         ("probe", ("probe", "--data", "pool", "--device", device)),
@@ -59,6 +64,7 @@ def main() -> int:
                                   *training)),
         ("amalgamate dfa (teachers in the loop)", ("amalgamate", "--method", "dfa", "--data", "pool", "--name",
                                                    "dfa", *training)),
+        ("calibrate", ("calibrate", "hard", "--data", "test", "--coverage", "0.9", "--device", device)),
         ("eval", ("eval", "hard", "--data", "test", "--device", device)),
         ("predict", ("predict", "hard", *TEXTS, "--device", device, "--json")),
         ("predict on cpu", ("predict", "hard", *TEXTS, "--device", "cpu", "--json")),
@@ -74,17 +80,28 @@ def main() -> int:
         if code != 0:
             print("     " + "\n     ".join(output.strip().splitlines()[-6:]))
 
-    def labels(step: str) -> list[str] | None:
+    def rows(step: str) -> list[dict] | None:
         try:
-            return [row["label"] for row in json.loads(outputs[step])]
+            return json.loads(outputs[step])
         except (KeyError, ValueError, TypeError):
             return None
 
-    cpu, gpu, onnx = labels("predict on cpu"), labels("predict"), labels("predict --onnx")
-    print(f"\npredictions on {device} {'==' if cpu == gpu else '!='} on cpu: {gpu} / {cpu}")
-    print(f"ONNX on {device} {'==' if cpu == onnx else '!='} PyTorch on cpu: {onnx}")
-    return 1 if failed or cpu != gpu or cpu != onnx else 0
+    def same(a: list[dict] | None, b: list[dict] | None) -> tuple[bool, float]:
+        """Labels, in_scope and sets equal; the largest scope_score difference."""
+        if a is None or b is None:
+            return False, float("nan")
+        keys = ("label", "in_scope", "set")
+        equal = all(x.get(k) == y.get(k) for x, y in zip(a, b) for k in keys)
+        return equal, max(abs(x["scope_score"] - y["scope_score"]) for x, y in zip(a, b))
 
+    cpu, gpu, onnx = rows("predict on cpu"), rows("predict"), rows("predict --onnx")
+    gpu_ok, gpu_diff = same(gpu, cpu)
+    onnx_ok, onnx_diff = same(onnx, cpu)
+    print(f"\npredict on {device} vs cpu: labels, in_scope and sets {'equal' if gpu_ok else 'DIFFER'}; "
+          f"max |scope_score difference| {gpu_diff:.2e}")
+    print(f"predict --onnx on {device} vs PyTorch on cpu: labels, in_scope and sets {'equal' if onnx_ok else 'DIFFER'}; "
+          f"max |scope_score difference| {onnx_diff:.2e}")
+    return 1 if failed or not gpu_ok or not onnx_ok else 0
 
 if __name__ == "__main__":
     sys.exit(main())

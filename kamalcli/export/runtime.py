@@ -110,7 +110,7 @@ def create_session(model_path: Path, device: str = "cpu", *, threads: int | None
     ort.set_default_logger_severity(SILENT)
     try:
         session = ort.InferenceSession(model_path, session_options(ort, threads=threads, severity=SILENT),
-                                       providers=[CUDA, CPU])
+                                       providers=[(CUDA, {"use_tf32": 0}), CPU])
     finally:
         ort.set_default_logger_severity(QUIET)
     if CUDA in session.get_providers():
