@@ -52,14 +52,15 @@ def write(path: Path, rows: list[dict], labelled: bool) -> Path:
     return path
 
 
-def teachers(seed: int) -> dict[str, str]:
-    """Two teachers trained elsewhere: name -> folder."""
-    source = fresh(WORK / f"walk-source-{seed}")
+def teachers(seed: int, halves=(("a", HALF_A), ("b", HALF_B)), root: Path | None = None) -> dict[str, str]:
+    """Two teachers trained elsewhere (in `root`, on 2,000 rows of the train split, each on its classes in
+    `halves`): name -> folder."""
+    source = fresh(root or WORK / f"walk-source-{seed}")
     if not any(d["name"] == "private" for d in source.json("data")):
         rows = sample(load_split(DEFAULT_DATA, "train"), 2000, f"private-{seed}")
         source("add-data", write(source.root / "data" / "private.jsonl", rows, True), "--name", "private",
                "--role", "eval", quiet=True)
-    for name, labels in (("a", HALF_A), ("b", HALF_B)):
+    for name, labels in halves:
         if not source.has_teacher(name):
             source("train-teacher", "private", "--labels", ",".join(labels), "--name", name, "--epochs", 2,
                    "--seed", seed, quiet=True)

@@ -32,25 +32,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import DEFAULT_DATA, WORK, load_split, sample  # noqa: E402
-from readme_walk import fresh, write  # noqa: E402
+from readme_walk import fresh, teachers, write  # noqa: E402
 
 KNOWN_A = ["admin", "games", "graphics"]
 KNOWN_B = ["net", "science", "sound"]
 KNOWN = KNOWN_A + KNOWN_B
 UNKNOWN = ["mail", "math", "text", "web"]
-
-
-def teachers(seed: int) -> dict[str, str]:
-    source = fresh(WORK / f"scope-source-{seed}")
-    private = sample(load_split(DEFAULT_DATA, "train"), 2000, f"private-{seed}")
-    if not any(d["name"] == "private" for d in source.json("data")):
-        source("add-data", write(source.root / "data" / "private.jsonl", private, True), "--name", "private",
-               "--role", "eval", quiet=True)
-    for name, labels in (("a", KNOWN_A), ("b", KNOWN_B)):
-        if not source.has_teacher(name):
-            source("train-teacher", "private", "--labels", ",".join(labels), "--name", name, "--epochs", 2,
-                   "--seed", seed, quiet=True)
-    return {t["name"]: t["path"] for t in source.json("teachers")}
 
 
 def unseen_labelled(seed: int) -> list[dict]:
@@ -60,7 +47,7 @@ def unseen_labelled(seed: int) -> list[dict]:
 
 
 def workspace(seed: int):
-    folders = teachers(seed)
+    folders = teachers(seed, (("a", KNOWN_A), ("b", KNOWN_B)), WORK / f"scope-source-{seed}")
     ws = fresh(WORK / f"scope-{seed}")
     for name, folder in folders.items():
         if not ws.has_teacher(name):
