@@ -154,6 +154,7 @@ def test_calibrate_gives_sets_in_predict_eval_and_exports(student, ws):
     assert "calibrated on 80 rows of test for coverage 0.8" in out.stdout
     record = next(s for s in student.json("students") if s["name"] == "kd")
     assert record["calibration"]["coverage"] == 0.8 and record["calibration"]["rows"] == 80
+    assert "rmd, keeps 95.0%; sets 80.0%" in student("students").stdout
     rows = student.json("predict", "kd", "market bank revenue", "goal match")
     assert all(isinstance(r["set"], list) for r in rows)
     sets = student.json("eval", "kd", "--data", "test")["conformal"]

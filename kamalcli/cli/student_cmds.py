@@ -160,10 +160,18 @@ def students(app: App, as_json: bool) -> None:
         for e in evals[s.id]:
             latest[e["data"]] = e["metrics"].get("entity_f1" if s.task == "token" else "accuracy")
         rows.append((s.name, s.method, s.parent or "-", [t["name"] for t in s.teachers], len(s.labels),
-                     ", ".join(f"{d} {pct(a)}%" for d, a in latest.items()) or "-", s.select_by))
+                     ", ".join(f"{d} {pct(a)}%" for d, a in latest.items()) or "-", s.select_by, _trust_cell(s)))
     table("Students", ["name", "method", "parent", "teachers", "labels", "accuracy (token students: entity F1)",
-                       "selected by"], rows,
+                       "selected by", "scope / sets"], rows,
           empty="none yet (kamal amalgamate --method muki-hard)")
+
+
+def _trust_cell(student) -> str:
+    """What the student says about itself: its scope score and the coverage it was calibrated for."""
+    parts = [f"{student.scope['score']}, keeps {pct(student.scope['keep'])}%"] if student.scope else []
+    if student.calibration:
+        parts.append(f"sets {pct(student.calibration['coverage'])}%")
+    return "; ".join(parts) or "-"
 
 
 @click.command("eval")
