@@ -130,6 +130,47 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
+def mixed_pool_part(ws, seed: int) -> list[list]:
+    """The scope fitted on a pool where a share of the rows are of the unknown classes (a user's pool is rarely
+    clean): `kamal scope default --data pool-mixed`, then `kamal eval` on the test rows; the default scope (on
+    the clean pool) is fitted again afterwards."""
+    dev = load_split(DEFAULT_DATA, "dev")
+    known = {d["name"] for d in ws.json("data")}
+    if "pool-mixed" not in known:  # the clean pool plus every dev row of the four unknown classes
+        ws("add-data", write(ws.root / "data" / "pool-mixed.jsonl", dev, False), "--name", "pool-mixed", quiet=True)
+    share = sum(r["label"] in UNKNOWN for r in dev) / len(dev)
+    rows = []
+    for data, what in (("pool", "the clean pool (the default)"), ("pool-mixed", f"a pool with {pct(share)}% unknown-class rows")):
+        ws("scope", "default", "--data", data, quiet=True)
+        got = ws.json("eval", "default", "--data", "test")["scope"]
+        rows.append([what, f"{got['auroc']:.3f}", pct(1 - got["flagged_known"]), pct(1 - got["flagged_unknown"])])
+    ws("scope", "default", "--data", "pool", quiet=True)
+    rows += trimmed_fits(ws, seed, dev)
+    return rows
+
+
+def trimmed_fits(ws, seed: int, dev: list[dict]) -> list[list]:
+    """A candidate fix, measured: fit on the mixed pool, drop its lowest-scored share (out of fold), fit again
+    and take the threshold from the rest. Not in kamal (it does not work: docs/methods.md)."""
+    from kamalcli.probs import auroc
+
+    folder = Path(student_record(ws, "default")["path"])
+    test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
+    inside = np.array([r["label"] in KNOWN for r in test])
+    logits, features = outputs(folder, [r["text"] for r in dev])
+    _, test_features = outputs(folder, [r["text"] for r in test])
+    rows = []
+    first, _ = oof_rmd(logits, features, test_features)
+    for trim in (0.1, 0.2, 0.3):
+        kept = first >= np.quantile(first, trim)
+        again, scores = oof_rmd(logits[kept], features[kept], test_features)
+        threshold = np.quantile(again, 0.05, method="lower")
+        rows.append([f"the mixed pool, its lowest {pct(trim)}% dropped, fitted again (not in kamal)",
+                     f"{auroc(scores[inside], scores[~inside]):.3f}", pct((scores[inside] >= threshold).mean()),
+                     pct((scores[~inside] >= threshold).mean())])
+    return rows
+
+
 def oof_rmd(logits, features, test_features, folds: int = 5):
     """-RMD of the pool rows, each by Gaussians fitted without it, and of the test rows by Gaussians fitted on all."""
     from kamalcli.trust.mahalanobis import fit_rmd
@@ -229,7 +270,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, action="append", help="repeatable (default: 1)")
-    parser.add_argument("--parts", default="scope,conformal,queue")
+    parser.add_argument("--parts", default="scope,mixed,conformal,queue")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     for seed in args.seed or [1]:
@@ -243,6 +284,10 @@ def main() -> None:
                   "the pool\n")
             print(markdown(["score", "AUROC", "in-scope rows kept %", "out-of-scope rows kept %"],
                            scope_part(ws, seed)), flush=True)
+        if "mixed" in parts:
+            print("\nThe student's rmd scope fitted on other pools (kamal scope --data), on the same test rows\n")
+            print(markdown(["fitted on", "AUROC", "in-scope rows kept %", "out-of-scope rows kept %"],
+                           mixed_pool_part(ws, seed)), flush=True)
         if "conformal" in parts:
             rows, check = conformal_part(ws, seed)
             print(f"\nPrediction sets on the in-scope test rows, mean (min-max) over {DRAWS} calibration draws\n")
