@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.runtime import resolve_device
 from kamalcli.files import write_json_atomic
+from kamalcli.runtime import resolve_device
 from kamalcli.trust import conformal
-from kamalcli.trust.scope import DEFAULT_KEEP, DEFAULT_SCORE, Scope, fit_scope
+from kamalcli.trust.scope import DEFAULT_KEEP, DEFAULT_SCORE, Scope, check_keep, fit_scope
 
 
 def sequence_student(student, what: str):
@@ -36,6 +36,7 @@ def fit_student_scope(store, student, dataset, *, keep: float = DEFAULT_KEEP, sc
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.models.inference import classifier_logits_and_features
 
+    check_keep(keep)
     folder = sequence_student(student, "a scope").folder
     texts, _ = load_dataset_rows(dataset)
     logits, features = classifier_logits_and_features(folder, texts, student.max_length, device=resolve_device(device))

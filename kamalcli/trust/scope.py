@@ -90,8 +90,7 @@ def fit_scope(logits: np.ndarray, features: np.ndarray | None = None, *, score: 
     a threshold from the fit rows' own scores kept 54-65% of new in-scope rows where 95% was asked). So its
     threshold comes from out-of-fold scores: each row scored by Gaussians fitted without it (`folds` folds);
     the Gaussians kept are fitted on every row."""
-    if not 0.0 < keep < 1.0:
-        raise KamalError(f"keep {keep:g}: give the share of transfer rows to keep, strictly between 0 and 1")
+    check_keep(keep)
     logits = np.asarray(logits)
     if len(logits) < MIN_ROWS:
         raise KamalError(f"a scope needs at least {MIN_ROWS} transfer rows to fit; this data has {len(logits)}")
@@ -112,6 +111,12 @@ def fit_scope(logits: np.ndarray, features: np.ndarray | None = None, *, score: 
         values = scope_scores(score, logits)
     threshold = float(np.quantile(values, 1.0 - keep, method="lower"))
     return Scope(score=score, threshold=threshold, keep=keep, rows=len(values), data=data, rmd=rmd)
+
+
+def check_keep(keep: float) -> float:
+    if not 0.0 < keep < 1.0:
+        raise KamalError(f"--keep {keep:g}: give the share of in-scope rows to keep, strictly between 0 and 1")
+    return keep
 
 
 def load_scope(folder: Path) -> Scope | None:
