@@ -108,6 +108,9 @@ def scope_part(ws, seed: int) -> list[list]:
     folder = Path(student_record(ws, "default")["path"])
     lp, fp = outputs(folder, pool)
     lt, ft = outputs(folder, texts)
+    own = fit_scope(lp, fp, score="rmd")
+    row("student rmd, threshold from the fit rows' own scores (not in kamal)", None, own.scores(lt, ft),
+        np.quantile(own.scores(lp, fp), 0.05, method="lower"))
     for score in ("energy", "msp"):
         fitted = fit_scope(lp, fp, score=score)
         row(f"student {score}", None, fitted.scores(lt, ft), fitted.threshold)
