@@ -138,7 +138,24 @@ def test_amalgamate_fits_a_scope_that_predict_eval_and_the_onnx_export_share(stu
     assert export["outputs"] == ["logits", "features"] and export["parity"]["features_max_abs_diff"] < 1e-3
     assert "Out of scope" in (ws / ".kamal" / "artifacts" / "exports" / "kd" / "README.md").read_text()
     student("export", "kd", "--hf", "--out", tmp_path / "hf")
-    assert (tmp_path / "hf" / "scope.npz").is_file()
+    assert hf_scope_scores(tmp_path / "hf", texts) == pytest.approx([r["scope_score"] for r in torch_side], abs=1e-4)
+
+
+def hf_scope_scores(folder, texts):
+    """What a user of the Hugging Face export computes, as its card says: transformers' last-layer first-token
+    vector and the export's scope.npz."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    scope = load_scope(folder)
+    scores = []
+    with torch.no_grad():
+        for text in texts:
+            out = model(**tokenizer(text, truncation=True, max_length=32, return_tensors="pt"), output_hidden_states=True)
+            scores.append(float(scope.scores(out.logits.numpy(), out.hidden_states[-1][:, 0].numpy())[0]))
+    return scores
 
 
 def test_eval_reports_how_well_the_scope_flags_labels_no_teacher_knows(student, assets):
