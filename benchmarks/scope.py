@@ -174,17 +174,12 @@ def trimmed_fits(ws, seed: int, dev: list[dict]) -> list[list]:
     return rows
 
 
-def oof_rmd(logits, features, test_features, folds: int = 5):
-    """-RMD of the pool rows, each by Gaussians fitted without it, and of the test rows by Gaussians fitted on all."""
-    from kamalcli.trust.mahalanobis import fit_rmd
+def oof_rmd(logits, features, test_features):
+    """-RMD of the pool rows, each by Gaussians fitted without it (as kamal's scope), and of the test rows."""
+    from kamalcli.trust.scope import rmd_out_of_fold
 
-    pseudo = logits.argmax(axis=1)
-    pool = np.empty(len(logits))
-    fold_of = np.random.default_rng(0).permutation(len(logits)) % folds
-    for fold in range(folds):
-        held = fold_of == fold
-        pool[held] = -fit_rmd(features[~held], pseudo[~held], features[~held]).score(features[held])
-    return pool, -fit_rmd(features, pseudo, features).score(test_features)
+    model, pool = rmd_out_of_fold(logits.argmax(axis=1), features)
+    return pool, -model.score(test_features)
 
 
 CAL_ROWS = (50, 100, 200)

@@ -19,6 +19,11 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def logsumexp(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    top = x.max(axis=axis, keepdims=True)
+    return np.squeeze(top, axis=axis) + np.log(np.exp(x - top).sum(axis=axis))
+
+
 def entropy(probs: np.ndarray, axis: int = -1, floor: float = 1e-30) -> np.ndarray:
     """Shannon entropy (nats) along `axis`; probabilities below `floor` are taken as `floor` inside the log."""
     return -(probs * np.log(np.clip(probs, floor, 1.0))).sum(axis=axis)

@@ -95,13 +95,10 @@ def label_queue(app: App, data_name, n, out, student_name, force, device, as_jso
     """The N rows whose labels would help most (the teachers disagree, the margin is small, the student is
     unsure), spread out, written to a file: fill in `label`, then `kamal add-data FILE --name gold
     --label-column label` and `kamal amalgamate ... --gold gold` or `kamal calibrate STUDENT --data gold`."""
-    from kamalcli.students.label_queue import queue_rows, write_queue
+    from kamalcli.students.label_queue import check_out, queue_rows, write_queue
 
     device = app.device(device)
-    if out.suffix.lower() not in (".csv", ".jsonl"):
-        raise KamalError(f"--out {out}: write the queue to a .csv or .jsonl file")
-    if out.exists() and not force:
-        raise KamalError(f"{out} exists (labels you filled in?): choose another --out, or --force to replace it")
+    check_out(out, force)
     with app.writer() as store:  # teachers' outputs on the data are probed (K = 1) and cached when missing
         dataset = store.dataset(data_name)
         student = store.student(student_name) if student_name else None

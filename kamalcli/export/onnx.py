@@ -24,11 +24,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from kamalcli.trust import conformal, scope
 from kamalcli import __version__
 from kamalcli.errors import KamalError, KamalFailure
 from kamalcli.export.card import labels_table, markdown_table, render_card
 from kamalcli.files import publish_dir, removed_on_failure, write_json_atomic, write_text_atomic
+from kamalcli.models.folder import task_of_architecture
+from kamalcli.trust import conformal, scope
 
 FP32_TOLERANCE = 1e-4  # max |logit difference| allowed between fp32 ONNX and PyTorch
 INT8_MIN_AGREEMENT = 0.99  # below this argmax agreement an int8 export carries a warning
@@ -134,7 +135,7 @@ def _dummy_inputs(tokenizer, names: list[str]):
 def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int) -> None:
     import torch
 
-    per_token = type(model).__name__.endswith("ForTokenClassification")
+    per_token = is_token_classifier(model)
 
     class Outputs(torch.nn.Module):
         """logits; a text classifier's last-layer first-token vector too (`features`: its rmd scope reads it)."""
@@ -224,6 +225,10 @@ def _encode(tokenizer, texts: Sequence[str], names: list[str], max_length: int, 
     return _Batches(feeds, ids, padded)
 
 
+def is_token_classifier(model) -> bool:
+    return task_of_architecture(type(model).__name__) == "token"
+
+
 def output_names(per_token: bool) -> list[str]:
     return ["logits"] if per_token else ["logits", "features"]
 
@@ -237,15 +242,20 @@ def _real_rows(logits: np.ndarray, feed: dict[str, np.ndarray]) -> np.ndarray:
     return logits[mask]
 
 
-def _torch_logits(model, batches: _Batches) -> np.ndarray:
+def _torch_reference(model, batches: _Batches, *, features: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """PyTorch's logits on the parity batches and, for a text classifier, its `features` (the last layer's
+    first-token vectors), from one pass."""
     import torch
 
-    outs = []
+    logits, vectors = [], []
     with torch.inference_mode():
         for feed in batches.feeds:
-            logits = model(**{k: torch.from_numpy(v) for k, v in feed.items()}).logits.float().numpy()
-            outs.append(_real_rows(logits, feed))
-    return np.concatenate(outs).astype(np.float64)
+            out = model(**{k: torch.from_numpy(v) for k, v in feed.items()}, output_hidden_states=features)
+            logits.append(_real_rows(out.logits.float().numpy(), feed))
+            if features:
+                vectors.append(out.hidden_states[-1][:, 0].float().numpy())
+    return (np.concatenate(logits).astype(np.float64),
+            np.concatenate(vectors).astype(np.float64) if features else None)
 
 
 def _ort_logits(session, batches: _Batches) -> np.ndarray:
@@ -253,20 +263,13 @@ def _ort_logits(session, batches: _Batches) -> np.ndarray:
                            for feed in batches.feeds]).astype(np.float64)
 
 
-def _features_parity(model, path: Path, batches: _Batches) -> float:
-    """max |difference| of the `features` output (what an rmd scope reads) against PyTorch's, on the parity batches."""
-    import torch
-
+def _features_parity(path: Path, batches: _Batches, reference: np.ndarray) -> float:
+    """max |difference| of the `features` output (what an rmd scope reads) against PyTorch's."""
     from kamalcli.export.runtime import create_session
 
     session = create_session(path, "cpu")
-    worst = 0.0
-    with torch.inference_mode():
-        for feed in batches.feeds:
-            ours = model(**{k: torch.from_numpy(v) for k, v in feed.items()}, output_hidden_states=True)
-            ref = ours.hidden_states[-1][:, 0].float().numpy()
-            worst = max(worst, float(np.abs(session.run(["features"], feed)[0] - ref).max()))
-    return worst
+    got = np.concatenate([session.run(["features"], feed)[0] for feed in batches.feeds])
+    return float(np.abs(got - reference).max())
 
 
 def _run(path: Path, batches: _Batches) -> tuple[list[str], np.ndarray]:
@@ -621,15 +624,16 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
     max_length = token_limit(model.config, tokenizer)
     parity_length = min(PARITY_MAX_LENGTH, max_length)
     batches = _encode(tokenizer, texts, names, parity_length, PARITY_BATCH)
-    reference = _torch_logits(model, batches)
+    per_token = is_token_classifier(model)
+    reference, reference_features = _torch_reference(model, batches, features=not per_token)
     _check_parity(fp32, batches, reference, len(texts), notes)
     parity: dict[str, Any] = {
         "rows": len(texts), "batch_size": PARITY_BATCH, "max_length": parity_length,
         "padded_batches": batches.padded, "batches": len(batches.feeds), "reference": "pytorch eager fp32",
         "tolerance": FP32_TOLERANCE, **fp32.parity,
     }
-    if not type(model).__name__.endswith("ForTokenClassification"):
-        parity["features_max_abs_diff"] = _features_parity(model, fp32.path, batches)
+    if reference_features is not None:
+        parity["features_max_abs_diff"] = _features_parity(fp32.path, batches, reference_features)
 
     fp32_size = fp32.path.stat().st_size
     final = staging / "model.onnx"
@@ -650,7 +654,7 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
         path=out_dir, opset=opset, quantize=quantize, parity=parity, size_bytes=size, providers=fp32.providers,
         fused_op_counts=counts, optimized=fp32.optimized, fp32_size_bytes=fp32_size,
         parameters=parameters, inputs=names, labels=labels, notes=notes, warnings=result_warnings,
-        per_token=type(model).__name__.endswith("ForTokenClassification"),
+        per_token=per_token,
     )
     usage = _usage(names, pad_id, pad_token, max_length)
     write_text_atomic(staging / "README.md",

@@ -26,9 +26,9 @@ import numpy as np
 
 from kamalcli.errors import KamalError, first_line
 from kamalcli.probs import softmax
+from kamalcli.runtime import cache_dir, cut_at_model_limit
 from kamalcli.trust.conformal import load_calibration
 from kamalcli.trust.scope import load_scope
-from kamalcli.runtime import cache_dir, cut_at_model_limit
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"

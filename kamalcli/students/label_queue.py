@@ -21,7 +21,7 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.files import write_text_atomic
-from kamalcli.probs import normalised_entropy, percentile, softmax
+from kamalcli.probs import logsumexp, normalised_entropy, percentile, softmax
 
 SPREAD = 0.5
 NEAR_DUPLICATE = 0.95
@@ -49,11 +49,8 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
     signals = {"teachers_disagree": teachers_disagree(outputs), "small_margin": 1.0 - margin(union)}
     features = union
     if student is not None:
-        from kamalcli.students.predict import text_outputs
-
-        found = text_outputs(student, texts, device=device)
-        signals["student_unsure"] = normalised_entropy(softmax(found.logits))
-        features = student_features(student, texts, device) if found.features is None else found.features
+        logits, features = student_outputs(student, texts, device)
+        signals["student_unsure"] = normalised_entropy(softmax(logits))
     ranks = {name: percentile(values) for name, values in signals.items()}
     priority = np.mean(list(ranks.values()), axis=0)
     chosen = spread_out(priority, features, n)
@@ -69,7 +66,7 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
 
 def teachers_disagree(outputs) -> np.ndarray:
     """1 - the largest share of the union distribution's mass that one teacher's labels hold."""
-    lse = np.stack([np.logaddexp.reduce(z.astype(np.float64), axis=1) for z in outputs.logits], axis=1)
+    lse = np.stack([logsumexp(z.astype(np.float64), axis=1) for z in outputs.logits], axis=1)
     return 1.0 - softmax(lse).max(axis=1)
 
 
@@ -78,11 +75,14 @@ def margin(probs: np.ndarray) -> np.ndarray:
     return top[:, -1] - (top[:, -2] if probs.shape[1] > 1 else 0.0)
 
 
-def student_features(student, texts: list[str], device: str) -> np.ndarray:
+def student_outputs(student, texts: list[str], device: str) -> tuple[np.ndarray, np.ndarray]:
+    """The student's logits and features (the vectors its scope reads) on the texts, in one pass."""
     from kamalcli.models.inference import classifier_logits_and_features
     from kamalcli.runtime import resolve_device
+    from kamalcli.students.trust import sequence_student
 
-    return classifier_logits_and_features(student.folder, texts, student.max_length, device=resolve_device(device))[1]
+    folder = sequence_student(student, "label-queue").folder
+    return classifier_logits_and_features(folder, texts, student.max_length, device=resolve_device(device))
 
 
 def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
@@ -106,15 +106,19 @@ def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
     return taken
 
 
-def write_queue(rows: list[dict], out: Path, *, force: bool = False) -> None:
-    """csv or jsonl by the file's suffix; written whole (temporary file + rename); an existing file is kept
-    unless force."""
-    suffix = out.suffix.lower()
-    if suffix not in (".csv", ".jsonl"):
+def check_out(out: Path, force: bool = False) -> Path:
+    """A .csv or .jsonl file, not one that exists (labels filled in?) unless force."""
+    if out.suffix.lower() not in (".csv", ".jsonl"):
         raise KamalError(f"--out {out}: write the queue to a .csv or .jsonl file")
     if out.exists() and not force:
         raise KamalError(f"{out} exists (labels you filled in?): choose another --out, or --force to replace it")
-    if suffix == ".jsonl":
+    return out
+
+
+def write_queue(rows: list[dict], out: Path, *, force: bool = False) -> None:
+    """csv or jsonl by the file's suffix; written whole (temporary file + rename)."""
+    check_out(out, force)  # again: the file may have appeared while the rows were chosen
+    if out.suffix.lower() == ".jsonl":
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     else:
         buffer = io.StringIO()

@@ -37,15 +37,23 @@ class RMDModel:
             out[start : start + chunk] = (md - md0).min(axis=1)
         return out
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The fitted Gaussians by name, as saved in an .npz (the probe's fits, a student's scope.npz)."""
+        return {"means": self.means, "precision": self.precision, "mean0": self.mean0, "precision0": self.precision0}
+
+    @classmethod
+    def from_arrays(cls, arrays) -> "RMDModel":
+        return cls(arrays["means"], arrays["precision"], arrays["mean0"], arrays["precision0"])
+
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.stem + ".tmp.npz")
-        np.savez(tmp, means=self.means, precision=self.precision, mean0=self.mean0, precision0=self.precision0)
+        np.savez(tmp, **self.arrays())
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> "RMDModel":
         with np.load(path, allow_pickle=False) as z:
-            return cls(z["means"], z["precision"], z["mean0"], z["precision0"])
+            return cls.from_arrays(z)
 
 
 def _mahalanobis(h: np.ndarray, means: np.ndarray, precision: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.probs import softmax
+from kamalcli.probs import logsumexp, softmax
 from kamalcli.trust.mahalanobis import RMDModel, fit_rmd
 
 FILE = "scope.npz"  # in the student's folder and its exports: one file, replaced whole (the settings and rmd's Gaussians)
@@ -59,8 +59,7 @@ class Scope:
         """scope.npz: `settings` (JSON text) and, for rmd, the Gaussians (means, precision, mean0, precision0)."""
         arrays = {"settings": np.array(json.dumps(self.as_json(), sort_keys=True))}
         if self.rmd is not None:
-            arrays.update(means=self.rmd.means, precision=self.rmd.precision, mean0=self.rmd.mean0,
-                          precision0=self.rmd.precision0)
+            arrays.update(self.rmd.arrays())
         tmp = Path(folder) / f".{FILE}.tmp.npz"
         np.savez(tmp, **arrays)
         os.replace(tmp, Path(folder) / FILE)
@@ -71,8 +70,7 @@ def scope_scores(score: str, logits: np.ndarray, features: np.ndarray | None = N
     """Per row, higher = more in scope."""
     logits = np.asarray(logits, dtype=np.float64)
     if score == "energy":
-        top = logits.max(axis=1)
-        return top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+        return logsumexp(logits, axis=1)
     if score == "msp":
         return softmax(logits).max(axis=1)
     if score == "rmd":
@@ -87,7 +85,7 @@ def fit_scope(logits: np.ndarray, features: np.ndarray | None = None, *, score: 
     """The scope fitted on transfer rows: the threshold is the (1 - keep) quantile of their scores.
 
     rmd's Gaussians are fitted on the same rows, which then lie closer to them than new rows do (measured:
-    a threshold from the fit rows' own scores kept 54-65% of new in-scope rows where 95% was asked). So its
+    a threshold from the fit rows' own scores kept 65-68% of new in-scope rows where 95% was asked). So its
     threshold comes from out-of-fold scores: each row scored by Gaussians fitted without it (`folds` folds);
     the Gaussians kept are fitted on every row."""
     check_keep(keep)
@@ -98,19 +96,22 @@ def fit_scope(logits: np.ndarray, features: np.ndarray | None = None, *, score: 
         raise KamalError(f"unknown scope score {score!r}: {', '.join(SCORES)}")
     rmd = None
     if score == "rmd":
-        features = np.asarray(features)
-        pseudo = logits.argmax(axis=1)
-        rmd = fit_rmd(features, pseudo, features)
-        values = np.empty(len(logits))
-        fold_of = np.random.default_rng(seed).permutation(len(logits)) % folds
-        for fold in range(folds):
-            held = fold_of == fold
-            model = fit_rmd(features[~held], pseudo[~held], features[~held])
-            values[held] = -model.score(features[held])
+        rmd, values = rmd_out_of_fold(logits.argmax(axis=1), np.asarray(features), folds=folds, seed=seed)
     else:
         values = scope_scores(score, logits)
     threshold = float(np.quantile(values, 1.0 - keep, method="lower"))
     return Scope(score=score, threshold=threshold, keep=keep, rows=len(values), data=data, rmd=rmd)
+
+
+def rmd_out_of_fold(classes: np.ndarray, features: np.ndarray, *, folds: int = FOLDS,
+                    seed: int = 0) -> tuple[RMDModel, np.ndarray]:
+    """The Gaussians fitted on every row, and each row's -RMD by Gaussians fitted without its fold."""
+    values = np.empty(len(classes))
+    fold_of = np.random.default_rng(seed).permutation(len(classes)) % folds
+    for fold in range(folds):
+        held = fold_of == fold
+        values[held] = -fit_rmd(features[~held], classes[~held], features[~held]).score(features[held])
+    return fit_rmd(features, classes, features), values
 
 
 def check_keep(keep: float) -> float:
@@ -125,8 +126,7 @@ def load_scope(folder: Path) -> Scope | None:
     try:
         with np.load(path, allow_pickle=False) as z:
             settings = json.loads(str(z["settings"]))
-            rmd = RMDModel(z["means"], z["precision"], z["mean0"], z["precision0"]) if settings["score"] == "rmd" \
-                else None
+            rmd = RMDModel.from_arrays(z) if settings["score"] == "rmd" else None
         return Scope(score=str(settings["score"]), threshold=float(settings["threshold"]),
                      keep=float(settings["keep"]), rows=int(settings["rows"]), data=str(settings.get("data", "")),
                      rmd=rmd)
