@@ -5,10 +5,16 @@ tokens, 2 epochs), then added to a fresh workspace as folders: kamal never sees 
 unlabelled pool is the dev split (rows no teacher trained on), the test rows come from the test split.
 Then the README's commands in order, with nothing but the base and lengths set in kamal.toml:
 probe, report, amalgamate --method muki-hard (kamal's default) and, beside it, vanilla-kd (and with
---ablation the same selection with MUKI's hard target, commit=1); eval of each, of the teachers' ensemble and
-of their encoders merged in weight space (kamal eval --baseline merge:METHOD).
+--ablation commit1 the same selection with MUKI's hard target, commit=1; --ablation no-prior the default without
+its prototype prior); eval of each, of the teachers' ensemble and
+of their encoders merged in weight space (kamal eval --baseline merge:METHOD), and the supervised reference
+(the same base fine-tuned on the pool's gold labels, in the teachers' workspace). With --synthesize N, the
+README's "No text?" step first: `kamal synthesize --per-class N` with a prompt naming the domain (its text
+serves the selection scores; the pool stays the transfer set). Then every score's selection accuracy on the
+test rows and on the generated rows.
 
-    python benchmarks/readme_walk.py [--synthesize N] [--seed S] [--ablation]
+    python benchmarks/readme_walk.py [--synthesize N [--contrast] [--chunk-candidates K]] [--seed S]
+                                     [--ablation commit1|no-prior] [--no-students]
 
 Prints a markdown table; the workspaces stay under benchmarks/work/ (rerun: cached steps are skipped).
 """
@@ -26,10 +32,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import DEFAULT_DATA, HALF_A, HALF_B, WORK, Workspace, load_split, sample  # noqa: E402
 
 BASE, LENGTH = "minilm-l3", 64
-STUDENTS = (("default", "muki-hard", ()),  # kamal's default: commit=auto
+STUDENTS = (("default", "muki-hard", ()),  # kamal's default: commit=auto, prior=auto
             ("vanilla", "vanilla-kd", ()))
 MERGES = ("task-arithmetic", "ties", "average")
-ABLATION = (("muki-hard-commit1", "muki-hard", ("commit=1",)),)  # the same selection, MUKI's hard target
+SUPERVISED = "supervised-pool-600"  # the student's budget: 600 steps at most, early stopping on held-out rows
+ABLATIONS = {"commit1": ("muki-hard-commit1", "muki-hard", ("commit=1", "prior=none")),  # MUKI's hard target
+             "no-prior": ("no-prior", "muki-hard", ("prior=none",))}  # the default before the prototype prior
 
 
 def fresh(root: Path) -> Workspace:
@@ -64,7 +72,7 @@ def teachers(seed: int, halves=(("a", HALF_A), ("b", HALF_B)), root: Path | None
         if not source.has_teacher(name):
             source("train-teacher", "private", "--labels", ",".join(labels), "--name", name, "--epochs", 2,
                    "--seed", seed, quiet=True)
-    return {t["name"]: t["path"] for t in source.json("teachers")}
+    return {t["name"]: t["path"] for t in source.json("teachers") if t["name"] in dict(halves)}
 
 
 def with_teachers_and_data(root: Path, folders: dict[str, str], seed: int) -> Workspace:
@@ -85,20 +93,45 @@ def with_teachers_and_data(root: Path, folders: dict[str, str], seed: int) -> Wo
     return ws
 
 
-def walk(seed: int, synthesize: int, tag: str = "", ablation: bool = False) -> dict:
+def supervised_on_pool(seed: int) -> dict:
+    """The reference a user would try with labels: the student's base fine-tuned on the pool with its gold labels
+    (all ten classes; the student's budget, 600 steps at most with early stopping, where train-teacher's own
+    default is one epoch), in the teachers' workspace so the walk's own never holds labelled pool rows (score=auto
+    would read them)."""
+    source = fresh(WORK / f"walk-source-{seed}")
+    known = {d["name"] for d in source.json("data")}
+    if "pool-gold" not in known:
+        source("add-data", write(source.root / "data" / "pool-gold.jsonl", load_split(DEFAULT_DATA, "dev"), True),
+               "--name", "pool-gold", "--role", "eval", quiet=True)
+    if "test" not in known:
+        test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
+        source("add-data", write(source.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
+               quiet=True)
+    if not source.has_teacher(SUPERVISED):
+        labels = sorted({r["label"] for r in load_split(DEFAULT_DATA, "dev")})
+        source("train-teacher", "pool-gold", "--labels", ",".join(labels), "--name", SUPERVISED, "--steps", 600,
+               "--seed", seed, quiet=True)
+    return source.json("eval", "--baseline", f"teacher:{SUPERVISED}", "--data", "test")
+
+
+def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = (), contrast: bool = False,
+         candidates: int = 8, students: bool = True) -> dict:
     folders = teachers(seed)
-    ws = with_teachers_and_data(WORK / f"walk-{seed}-synth{synthesize}{tag}", folders, seed)
+    # the issue-31 runs were made with --contrast, the default then: their workspaces keep the plain name
+    steering = "" if not synthesize else ("" if contrast else "-paper") + ("" if candidates == 8 else f"-x{candidates}")
+    ws = with_teachers_and_data(WORK / f"walk-{seed}-synth{synthesize}{steering}{tag}", folders, seed)
     known = {d["name"] for d in ws.json("data")}
     if synthesize and "synth" not in known:
         ws("synthesize", "--per-class", synthesize, "--name", "synth", "--prompt",
-           "Write a one-sentence description of a Debian software package about {label}.", quiet=True)
+           "Write a one-sentence description of a Debian software package about {label}.",
+           "--chunk-candidates", candidates, "--contrast" if contrast else "--no-contrast", quiet=True)
     timings = {}
     started = time.perf_counter()
     ws("probe", quiet=True)
     timings["probe"] = time.perf_counter() - started
     report = ws("report")
     rows = {}
-    for name, method, options in STUDENTS + (ABLATION if ablation else ()):
+    for name, method, options in (STUDENTS + tuple(ABLATIONS[a] for a in ablation)) * students:
         if not ws.has_student(name):
             started = time.perf_counter()
             ws("amalgamate", "--method", method, *(a for o in options for a in ("--option", o)), "--name", name,
@@ -108,10 +141,14 @@ def walk(seed: int, synthesize: int, tag: str = "", ablation: bool = False) -> d
     rows["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
     for merge in MERGES:  # the zero-training peer: the teachers' encoders merged from their base (minilm-l3)
         rows[f"merge:{merge}"] = ws.json("eval", "--baseline", f"merge:{merge}", "--data", "test")
+    rows["supervised on the pool"] = supervised_on_pool(seed)
     for name in folders:
         rows[f"teacher {name}"] = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
     student = next(s for s in ws.json("students") if s["name"] == "default")
-    return {"rows": rows, "timings": timings, "report": report, "default_objective": student.get("train", {}).get(
+    selection = {}  # data -> score -> (accuracy, AUROC): on the test rows (text new to the teachers) and generated
+    for s in ws.json("report")["selection"]:
+        selection.setdefault(s["data"], {})[s["score"]] = (s["accuracy"], s["auroc"] or float("nan"))
+    return {"rows": rows, "timings": timings, "report": report, "selection": selection, "default_objective": student.get("train", {}).get(
         "objective", {})}
 
 
@@ -121,13 +158,24 @@ def main() -> None:
     parser.add_argument("--synthesize", type=int, default=0, metavar="N",
                         help="run `kamal synthesize --per-class N` first (the README's 'No text?' step)")
     parser.add_argument("--tag", default="", help="a suffix for the walk's workspace (to compare two versions)")
-    parser.add_argument("--ablation", action="store_true", help="also train muki-hard with commit=1 (MUKI's target)")
+    parser.add_argument("--ablation", action="append", choices=list(ABLATIONS), default=[],
+                        help="also train muki-hard with commit=1 (MUKI's target), or with prior=none (repeatable)")
+    parser.add_argument("--contrast", action="store_true",
+                        help="synthesize with --contrast (steered by the teachers' ensemble; the issue-31 runs)")
+    parser.add_argument("--chunk-candidates", type=int, default=8, help="synthesize --chunk-candidates")
+    parser.add_argument("--no-students", action="store_true", help="stop after the probe and the baselines")
     args = parser.parse_args()
-    result = walk(args.seed, args.synthesize, args.tag, args.ablation)
+    result = walk(args.seed, args.synthesize, args.tag, tuple(args.ablation), contrast=args.contrast,
+                  candidates=args.chunk_candidates, students=not args.no_students)
     print(f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |")
     print("|---|---|---|")
     for name, m in result["rows"].items():
         print(f"| {name} | {100 * m['accuracy']:.1f} | {100 * m['macro_f1']:.1f} |")
+    print("\n| selects the right teacher (% of rows; AUROC) | " + " | ".join(result["selection"]) + " |")
+    print("|---|" + "---|" * len(result["selection"]))
+    for score in sorted({k for v in result["selection"].values() for k in v}):
+        cells = [result["selection"][data].get(score) for data in result["selection"]]
+        print(f"| {score} | " + " | ".join("-" if c is None else f"{100 * c[0]:.1f} ({c[1]:.3f})" for c in cells) + " |")
     print("\ntimings (s):", {k: round(v) for k, v in result["timings"].items()})
     print("\ndefault student's objective:", json.dumps(result["default_objective"])[:600])
 

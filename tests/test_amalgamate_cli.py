@@ -28,7 +28,7 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     assert [t["name"] for t in hard["teachers"]] == ["news", "money"]
     assert all(len(t["fingerprint"]) == 64 and t["probe_id"] for t in hard["teachers"])
     assert hard["options"] == {"paper": False, "mc": True, "reweight": True, "score": "auto", "calibrate": "none",
-                               "temperature": 1.0, "encoder": "minilm-l6", "commit": "auto"}
+                               "temperature": 1.0, "encoder": "minilm-l6", "commit": "auto", "prior": "auto"}
     assert hard["train"]["objective"]["auto"]["score"] in ("mc-dropout", "entropy", "max-prob", "energy")
     assert hard["select_by"] == "transfer-loss" and hard["train"]["selected_by"] == "transfer-loss"
     assert hard["train"]["held_out_rows"] == 12 and hard["train"]["train_rows"] == 228
@@ -211,6 +211,21 @@ def test_without_epochs_the_step_budget_applies_and_epochs_win(two_teachers, ass
     assert budget["config"]["epochs"] is None and budget["config"]["steps"] == 6
     assert budget["steps"] == 6 and budget["stopped_early"] is False  # measured at step 6 only: nothing to stop
     assert epoch["config"]["epochs"] == 1 and epoch["steps"] == 15  # 228 rows / 16: --epochs wins over --steps
+
+
+def test_prior_prototype_needs_labelled_text_for_every_label_and_auto_says_why_there_is_none(two_teachers, assets):
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--option", "prior=prototype", "--name", "p",
+                          *train_args(assets), code=2)
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: prior=prototype: no labelled text for these teachers' labels (`kamal synthesize` writes some, or "
+        "--rmd-fit NAME).")
+    assert not two_teachers.json("students")
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "p", *train_args(assets))
+    assert "prior=auto: none: no labelled text for these teachers' labels" in result.output
+    [student] = two_teachers.json("students")
+    assert "prior" not in student["train"]["objective"]
+    run = next(r for r in two_teachers.json("runs") if r["name"] == "p" and r["status"] == "done")
+    assert run["params"]["prior"]["kind"] == "none"  # recorded: a resumed run decides nothing again
 
 
 def test_prototype_scores_need_labelled_text_for_every_label(two_teachers, assets):

@@ -134,6 +134,24 @@ def test_commit_mixes_mukis_hard_target_and_weight_with_vanilla_kds():
     assert m.build(out, m.parse(["score=mc-dropout"])).info["commit"] == 1.0  # auto, nothing measured: MUKI's
 
 
+def test_a_prior_multiplies_the_target_and_is_renormalised():
+    from dataclasses import replace
+
+    prior = np.array([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1]])
+    out = replace(outputs(), prior=prior)
+    m = get_method("muki-hard")
+    soft = m.build(out, m.parse(["score=mc-dropout", "commit=0"]))
+    # softmax over the concatenated logits ([2, 0, 0, 3], [0, 1, 1, 0], [1, 1, 0.5, 0]) times the prior, row by row
+    assert np.allclose(soft.arrays["target"], [[0.07968, 0.02157, 0.03235, 0.86640],
+                                               [0.13447, 0.36553, 0.36553, 0.13447],
+                                               [0.78000, 0.11143, 0.06758, 0.04099]], atol=1e-5)
+    assert soft.info["prior"] == "prototype" and np.allclose(soft.weights, 1)
+    # with MUKI's hard target, the picked teacher's block alone, times the prior: row 0 is a's, [2, 0] -> 0.881, 0.119
+    hard = m.build(out, m.parse(["score=mc-dropout", "commit=1"]))
+    assert np.allclose(hard.arrays["target"][0], [0.78699, 0.21301, 0.0, 0.0], atol=1e-5)
+    assert "prior" not in m.build(outputs(), m.parse(["score=mc-dropout", "commit=0"])).info
+
+
 def test_margin():
     assert np.allclose(margin(np.array([[0.1, 0.9, 0.5], [0.4, 0.4, 0.0]])), [0.4, 0.0])
 
@@ -157,6 +175,8 @@ def test_option_errors(pairs, message):
     (["commit=1.5"], "commit must be between 0 and 1"),
     (["commit=most"], "commit must be a number or auto"),
     (["paper=true", "commit=0.5"], "paper=true is MUKI's hard target"),
+    (["paper=true", "prior=prototype"], "paper=true is MUKI's hard target: drop prior="),
+    (["prior=always"], "prior must be one of auto, prototype, none"),
 ])
 def test_commit_errors(pairs, message):
     with pytest.raises(KamalError, match=message):

@@ -79,11 +79,14 @@ def test_rmd_survives_a_tiny_sample(tmp_path):
     assert np.allclose(RMDModel.load(tmp_path / "m.npz").score(features), model.score(features))
 
 
-def test_generated_rows_fit_their_class_only_where_the_teacher_agrees():
+def test_generated_rows_fit_their_class_only_where_the_teacher_agrees_class_by_class():
     from kamalcli.probe.runner import on_steered_class
 
-    probs = np.array([[0.7, 0.3], [0.45, 0.55], [0.2, 0.8], [0.5, 0.5], [0.9, 0.1]])
-    local = np.array([0, 0, 1, 1, -1])  # the class each row was steered to; -1: another teacher's class
-    assert on_steered_class(probs, local).tolist() == [True, False, True, True, False]
-    # fewer than 2 rows the teacher agrees with: every row of its classes stays (a fit needs 2)
-    assert on_steered_class(probs[:2], np.array([1, 0])).tolist() == [True, True]
+    probs = np.array([[0.7, 0.3], [0.8, 0.2], [0.45, 0.55], [0.2, 0.8], [0.5, 0.5], [0.6, 0.4], [0.9, 0.1]])
+    local = np.array([0, 0, 0, 1, 1, 1, -1])  # the class each row was steered to; -1: another teacher's class
+    assert on_steered_class(probs, local).tolist() == [True, True, False, True, True, False, False]
+    # a class with fewer than 2 rows the teacher agrees with keeps all its rows (a fit needs 2; an unsure
+    # teacher would otherwise leave it without a Gaussian); the other class is still filtered
+    local = np.array([0, 0, 0, 1, 1, 1, -1])
+    probs[3:6] = [[0.9, 0.1], [0.6, 0.4], [0.3, 0.7]]
+    assert on_steered_class(probs, local).tolist() == [True, True, False, True, True, True, False]

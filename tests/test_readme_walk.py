@@ -1,6 +1,6 @@
 """The README's example, walked in its order on tiny models, as a new user would: teachers arrive as folders,
-the unlabelled pool is new to them, and kamal synthesize writes text first. No command needs a flag the
-README does not show (the tiny bases are set in kamal.toml, as a user sets their own)."""
+the unlabelled pool is new to them, and kamal synthesize writes text before the probe. No command needs a flag
+the README does not show (the tiny bases are set in kamal.toml, and the LM and the number of texts shrunk)."""
 
 from __future__ import annotations
 
@@ -28,20 +28,14 @@ def readme_example() -> list[list[str]]:
     return commands
 
 
-def readme_synthesize() -> list[str]:
-    """The `kamal synthesize ...` the README suggests when there is no text."""
-    found = re.search(r"`kamal synthesize ([^`]*)`", README.read_text(encoding="utf-8"))
-    return shlex.split(found.group(1))
-
-
 def test_the_readme_example_is_what_this_test_walks():
     commands = [c[0] for c in readme_example()]
-    assert commands == ["init", "add-teacher", "add-teacher", "add-data", "add-data", "probe", "report",
-                        "amalgamate", "eval", "export", "predict"]
+    assert commands == ["init", "add-teacher", "add-teacher", "add-data", "add-data", "synthesize", "probe",
+                        "report", "amalgamate", "eval", "export", "predict"]
 
 
 def test_the_readme_path_works_without_extra_flags(tmp_path, trained, assets, lm):
-    """Every command of the README's example, in order, with synthesize before the probe (its "No text?")."""
+    """Every command of the README's example, in order."""
     folders = {"./news-a": trained["news"], "./news-b": _unnamed_copy(trained["money"], tmp_path),
                "unlabelled.jsonl": _pool(tmp_path), "test.csv": assets["test"]}
     outputs = {}
@@ -52,12 +46,12 @@ def test_the_readme_path_works_without_extra_flags(tmp_path, trained, assets, lm
             kamal = Kamal(tmp_path / argv[1])
             _tiny_settings(kamal.workspace, assets)
             continue
-        if argv[0] == "probe":  # after the data: text written for the teachers, as the README suggests
-            synth = readme_synthesize()
-            outputs["synthesize"] = kamal("synthesize", *_tiny_lm(synth, lm))
+        if argv[0] == "synthesize":
+            argv = ["synthesize", *_tiny_lm(argv[1:], lm)]
         outputs[argv[0]] = kamal(*argv)
     assert "several transfer sets" not in outputs["amalgamate"].stderr
     assert "pool" in outputs["amalgamate"].stderr  # it says which transfer set it used
+    assert "prior=auto: the target is multiplied by the class probabilities" in outputs["amalgamate"].stderr
     assert re.search(r"accuracy \d+\.\d%", outputs["eval"].stdout)
     assert outputs["predict"].stdout.count("\n") == 1
 

@@ -75,6 +75,8 @@ def test_the_line_comes_only_once_the_request_is_accepted(added, assets):
 def _scripted(monkeypatch, steering_p: dict[str, list[float]], others: float = 0.77):
     """Generation writes 'LABEL i'; the steering teacher gives p(LABEL) from steering_p in turn, and the other
     teacher `others` to its first class."""
+    import numpy as np
+
     from kamalcli.synth import steering, synthesize
 
     monkeypatch.setattr(steering, "generate", lambda lm, scorer, class_index, prompts, config, seed: (
@@ -97,12 +99,12 @@ def _scripted(monkeypatch, steering_p: dict[str, list[float]], others: float = 0
                 out[row, 0] = others
         return out
 
-    monkeypatch.setattr(synthesize, "_teacher_probs", probs)
+    monkeypatch.setattr(synthesize, "_teacher_logits", lambda *args: np.log(probs(*args)))
 
 
 def test_rows_where_steering_failed_are_dropped_counted_and_named(added, lm, monkeypatch):
     _scripted(monkeypatch, {"world": [0.36], "sports": [0.9], "business": [0.8], "scitech": [0.3, 0.6]})
-    result = added("synthesize", "--lm", lm, "--name", "synth", *SMALL)
+    result = added("synthesize", "--lm", lm, "--name", "synth", *SMALL, "--min-steering-p", 0.5)
     assert "Added transfer data synth: 5 generated rows, 3 classes" in result.stdout
     warning = [line for line in result.stderr.splitlines() if line.startswith("Warning")]
     assert warning == [
@@ -120,14 +122,33 @@ def test_rows_where_steering_failed_are_dropped_counted_and_named(added, lm, mon
         ("money", "scitech"): (1, 1)}
     assert groups["news", "world"]["steering_p"] is None and groups["news", "world"]["dropped_steering_p"] == 0.36
     assert groups["money", "scitech"]["steering_p"] == 0.6
+    # in its domain: the row's top class over both teachers' logits is its steering teacher's (0.9 and 0.8 beat
+    # the other teacher's 0.77, 0.6 does not)
+    assert {k: g["in_domain"] for k, g in groups.items()} == {
+        ("news", "world"): None, ("news", "sports"): 1.0, ("money", "business"): 1.0, ("money", "scitech"): 0.0}
+    assert quality["overall"]["in_domain"] == 0.8
     assert quality["overall"]["rows"] == 5 and quality["overall"]["dropped"] == 3
     assert quality["min_steering_p"] == 0.5
     assert "dropped" in added("report").stdout
 
 
+def test_by_default_weak_rows_are_kept_counted_and_named(added, lm, monkeypatch):
+    _scripted(monkeypatch, {"world": [0.36], "sports": [0.9], "business": [0.8], "scitech": [0.3, 0.6]})
+    result = added("synthesize", "--lm", lm, "--name", "synth", *SMALL)
+    assert "Added transfer data synth: 8 generated rows, 4 classes" in result.stdout
+    assert [line for line in result.stderr.splitlines() if line.startswith(("Note: the steering", "Warning"))] == [
+        "Note: the steering teacher gave its class p < 0.5 on 3 of 8 rows, kept (a teacher unsure of a class is "
+        "often unsure of text that is right; --min-steering-p 0.5 drops them): news/world 2 of 2 (p(class) 0.36), "
+        "money/scitech 1 of 2 (p(class) 0.45)"]
+    quality = added.json("data")[0]["provenance"]["quality"]
+    assert quality["overall"]["weak"] == 3 and quality["overall"]["dropped"] == 0 and quality["min_steering_p"] == 0
+    assert added.json("data")[0]["label_counts"] == {"world": 2, "sports": 2, "business": 2, "scitech": 2}
+
+
 def test_when_steering_failed_everywhere_nothing_is_registered(added, lm, monkeypatch):
     _scripted(monkeypatch, {"world": [0.2], "sports": [0.4], "business": [0.1], "scitech": [0.49]})
-    result = added("synthesize", "--lm", lm, "--name", "synth", *SMALL, "--strength", 1.5, code=1)
+    result = added("synthesize", "--lm", lm, "--name", "synth", *SMALL, "--strength", 1.5, "--min-steering-p", 0.5,
+                   code=1)
     assert result.stderr.strip().splitlines()[-1] == (
         "Error: steering failed on every one of the 8 rows (the steering teacher gave its class p < 0.5); name what "
         "your texts are in --prompt, or raise --strength (now 1.5)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,7 +12,6 @@ import tiny
 from kamalcli.synth.quality import distinct_2, near_duplicate_share
 
 SMALL = ["--per-class", 4, "--max-new-tokens", 6, "--batch-size", 2, "--top-m", 5]
-
 
 
 @pytest.fixture
@@ -22,8 +22,6 @@ def news(kamal, trained):
 
 
 def _models(lm, trained):
-    from types import SimpleNamespace
-
     from kamalcli.synth.synthesize import load_models
 
     teacher = SimpleNamespace(name="news", path=trained["news"])
@@ -99,6 +97,41 @@ def test_every_candidate_of_a_step_goes_through_the_teacher_in_one_batch(lm, tra
     assert timing.teacher_rows == sum(calls)
 
 
+class _FixedLogits:
+    def __init__(self, row):
+        self.row = row
+
+    def logits(self, texts):
+        import torch
+
+        return torch.tensor([self.row] * len(texts))
+
+
+def test_the_ensemble_scorer_is_the_softmax_over_every_teachers_logits_with_shared_labels_summed():
+    from kamalcli.synth.steering import EnsembleScorer
+
+    two = EnsembleScorer([_FixedLogits([2.0, 0.0]), _FixedLogits([1.0, 1.0])], [["x", "y"], ["y", "z"]])
+    assert two.labels == ["x", "y", "z"] and two.index("z") == 2
+    # softmax over (2, 0, 1, 1); y is taught by both teachers: its two entries' mass is summed
+    both = two.log_probs(["t", "u"])
+    assert both.shape == (2, 3) and both[1].tolist() == pytest.approx([-0.62652338, -1.31326169, -1.62652338])
+    apart = EnsembleScorer([_FixedLogits([2.0, 0.0]), _FixedLogits([1.0, -1.0])], [["x", "y"], ["v", "w"]])
+    assert apart.log_probs(["t"])[0].tolist() == pytest.approx([-0.4401897, -2.4401897, -1.4401897, -3.4401897])
+
+
+def test_contrast_steers_by_the_ensemble_and_without_it_by_the_unit_teacher():
+    from kamalcli.synth.steering import EnsembleScorer
+    from kamalcli.synth.synthesize import steering_scorer
+
+    scorers = {"a": _FixedLogits([0.0, 0.0]), "b": _FixedLogits([0.0])}
+    teachers = [SimpleNamespace(name="a", labels=["x", "y"]), SimpleNamespace(name="b", labels=["z"])]
+    unit = SimpleNamespace(teacher="b", label="z", class_index=0)
+    scorer, column = steering_scorer(scorers, teachers, True)(unit)
+    assert isinstance(scorer, EnsembleScorer) and column == 2
+    assert steering_scorer(scorers, teachers, False)(unit) == (scorers["b"], 0)
+    assert steering_scorer(scorers, teachers[1:], True)(unit) == (scorers["b"], 0)  # one teacher: nothing to contrast
+
+
 def test_steering_raises_the_teachers_probability(lm, trained):
     """Trained teacher, tiny random LM: steering to 'world' (which the teacher gives random text 0.01) works."""
     import numpy as np
@@ -123,16 +156,17 @@ def test_steering_raises_the_teachers_probability(lm, trained):
 
 def test_synthesize_registers_a_dataset_with_provenance(news, lm):
     out = news("synthesize", "--lm", lm, "--name", "synth", *SMALL, "--strength", 2).stdout
-    # 16 written; the tiny news teacher gives one world text p(world) < 0.5: steering failed there, it is dropped
-    assert "Added transfer data synth: 15 generated rows, 4 classes" in out and "distinct-2" in out
+    # 16 written; the tiny news teacher gives one world text p(world) < 0.5: weak, named, and kept
+    assert "Added transfer data synth: 16 generated rows, 4 classes" in out and "distinct-2" in out
     [data] = news.json("data")
-    assert data["role"] == "transfer" and data["rows"] == 15
-    assert data["label_counts"] == {"world": 3, "sports": 4, "business": 4, "scitech": 4}
+    assert data["role"] == "transfer" and data["rows"] == 16
+    assert data["label_counts"] == {"world": 4, "sports": 4, "business": 4, "scitech": 4}
     prov = data["provenance"]
-    assert prov["quality"]["overall"]["dropped"] == 1
+    assert prov["quality"]["overall"]["dropped"] == 0 and prov["quality"]["overall"]["weak"] == 1
     assert prov["generator"]["lm"] == str(lm) and len(prov["generator"]["fingerprint"]) == 64
     assert [t["name"] for t in prov["teachers"]] == ["news", "money"]
     assert prov["settings"]["strength"] == 2.0 and prov["settings"]["top_m"] == 5 and prov["settings"]["seed"] == 0
+    assert prov["settings"]["contrast"] is False
     assert prov["prompts"] == ["Write a short text about {label}."]
     quality = prov["quality"]
     assert {(g["teacher"], g["label"]) for g in quality["groups"]} == {
@@ -149,7 +183,7 @@ def test_synthesize_registers_a_dataset_with_provenance(news, lm):
     assert set(stored) == {"text", "label", "teacher", "prompt"}
     assert stored["prompt"][0] == "Write a short text about " + stored["label"][0] + "."
     [run] = [r for r in news.json("runs") if r["kind"] == "synthesize"]
-    assert run["status"] == "done" and run["result"] == {"dataset": "synth", "rows": 15}
+    assert run["status"] == "done" and run["result"] == {"dataset": "synth", "rows": 16}
 
 
 def test_same_seed_same_text_other_seed_other_text(news, lm):

@@ -81,8 +81,9 @@ def data_list(app: App, as_json: bool) -> None:
             q = d.provenance["quality"]["overall"]
             click.echo(f"{d.name}: {provenance_line(d.provenance)}")
             click.echo(f"  steering teacher p(class) {_f(q['steering_p'])}, other teachers' confidence "
-                       f"{_f(q['others_confidence'])}, distinct-2 {_f(q['distinct_2'])}, near-duplicates "
-                       f"{_f(q['near_duplicates'])} (kamal report: per class)")
+                       f"{_f(q['others_confidence'])}, in its domain {_f(q.get('in_domain'))}, "
+                       f"distinct-2 {_f(q['distinct_2'])}, near-duplicates {_f(q['near_duplicates'])} "
+                       "(kamal report: per class)")
 
 
 def _f(value) -> str:

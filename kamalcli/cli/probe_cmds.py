@@ -164,6 +164,8 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
         if decision["figure"]:
             click.echo(f"  MUKI methods select with it by default (score=auto); to name it: "
                        f"kamal amalgamate --method muki-hard --option score={decision['score']}")
+        if decision.get("prior"):
+            click.echo(f"  muki-hard, {decision['prior']['line']}")
         if decision.get("commit"):
             click.echo(f"  muki-hard, {decision['commit']['line']}")
 

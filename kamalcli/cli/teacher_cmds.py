@@ -106,7 +106,10 @@ def remove_teacher(app: App, name: str) -> None:
 @pass_app
 def train_teacher(app: App, data, labels, name, base, base_layers, resume, epochs, steps, batch_size, lr, max_length, seed,
                   checkpoint_every, embeddings, device, backend) -> None:
-    """Fine-tune a classifier on a labelled dataset's rows of some labels and register it as a teacher."""
+    """Fine-tune a classifier on a labelled dataset's rows of some labels and register it as a teacher.
+
+    Budget: one epoch, unless --epochs, or --steps for the step budget with early stopping on held-out rows.
+    """
     from kamalcli.teachers.train import TeacherRequest, resume_teacher, train_teacher as run_training
 
     if resume:

@@ -72,14 +72,19 @@ class MukiOptions(Options):
         return self.reweight
 
 
+Prior = Literal["auto", "prototype", "none"]
+
+
 @dataclass(frozen=True)
 class MukiHardOptions(MukiOptions):
     commit: float | Literal["auto"] = "auto"  # 1: MUKI's hard target, 0: vanilla-kd's; auto: 1 or 0, measured
+    prior: Prior = "auto"  # prototype: the target times the prototype classifier's; auto: that where it can be built
 
     def check(self) -> None:
         super().check()
         require(self.commit == "auto" or 0 <= self.commit <= 1, "commit must be between 0 and 1 (or auto)")
         require(not self.paper or self.commit == "auto", "paper=true is MUKI's hard target: drop commit=")
+        require(not self.paper or self.prior in ("auto", "none"), "paper=true is MUKI's hard target: drop prior=")
 
     @property
     def committed(self) -> float:
@@ -135,6 +140,10 @@ def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Object
         target = commit * target + (1 - commit) * concatenated
         weights = None if weights is None else commit * weights + (1 - commit)
     info["commit"] = commit
+    if outputs.prior is not None:  # a product of experts: the teachers' target times the prior's classes
+        target = target * outputs.prior
+        target = target / target.sum(axis=1, keepdims=True)
+        info["prior"] = "prototype"
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     info["chosen_share"] = dict(zip(outputs.teachers, share.round(4).tolist()))
     if weights is not None:

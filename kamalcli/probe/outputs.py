@@ -21,6 +21,7 @@ class TeacherOutputs:
     logits: tuple[np.ndarray, ...]        # per teacher, (n, k_i)
     confidence: dict[str, np.ndarray]     # score name -> (n, N): higher = more sure the row is the teacher's
     rmd_sources: tuple = ()               # per teacher, where its RMD fit came from (score=auto reads it)
+    prior: np.ndarray | None = None       # (n, |Y|): a class expert beside the teachers (muki-hard's prior), or none
 
     @property
     def num_rows(self) -> int:

@@ -12,6 +12,12 @@ T = 0.05 is the encoder's own training temperature (its contrastive loss scales 
 
 The two scores err on different rows, so kamal's default (score=auto with such text) averages their
 pooled percentiles: `rmd+prototype`.
+
+The same prototypes are also a classifier over the union of labels, one the teachers' errors do not
+share: softmax(cos(x, prototype_c) / PRIOR_T) over every label. muki-hard's `prior` multiplies the
+teachers' ensemble by it (a product of experts). PRIOR_T = 0.1 is softer than the score's T because
+this expert is the weaker of the two (56-65% alone on the README walk, against the ensemble's 64-68%);
+it was chosen on one seed of that walk and checked on two others (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from kamalcli.probs import percentile, softmax
 
 DEFAULT_ENCODER = "minilm-l6"
 TEMPERATURE = 0.05
+PRIOR_TEMPERATURE = 0.1
 
 
 def class_prototypes(vectors: np.ndarray, labels: list[str], names: list[str]) -> np.ndarray:
@@ -42,6 +49,11 @@ def teacher_shares(vectors: np.ndarray, prototypes: np.ndarray, owns: np.ndarray
     owns: (labels, N) booleans, label c is one of teacher i's (a label two teachers know counts for both)."""
     logits = _unit(np.asarray(vectors, dtype=np.float64)) @ prototypes.T / temperature
     return softmax(logits, axis=1) @ np.asarray(owns, dtype=np.float64)
+
+
+def class_posterior(vectors: np.ndarray, prototypes: np.ndarray, temperature: float = PRIOR_TEMPERATURE) -> np.ndarray:
+    """(n, labels): per row, softmax(cos(x, prototype_c) / temperature) over every label's prototype."""
+    return softmax(_unit(np.asarray(vectors, dtype=np.float64)) @ prototypes.T / temperature, axis=1)
 
 
 def fused(rmd: np.ndarray, prototype: np.ndarray) -> np.ndarray:
@@ -67,6 +79,21 @@ def label_owners(teachers, canonical=lambda label: label) -> tuple[list[str], np
 def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
                      say=print, canonical=lambda label: label) -> np.ndarray:
     """(rows of dataset, teachers): the prototype score, prototypes from fit_dataset's labelled rows."""
+    names, owns, vectors, prototypes = _prototypes(workspace, teachers, dataset, fit_dataset, encoder, max_length,
+                                                   device, say, canonical)
+    return teacher_shares(vectors, prototypes, owns)
+
+
+def prototype_prior(workspace, teachers, dataset, fit_dataset, labels: list[str], *, encoder: str, max_length: int,
+                    device: str, say=print, canonical=lambda label: label) -> np.ndarray:
+    """(rows of dataset, len(labels)): the prototype classifier's class probabilities, columns in `labels` order
+    (the union's class names)."""
+    names, _, vectors, prototypes = _prototypes(workspace, teachers, dataset, fit_dataset, encoder, max_length,
+                                                device, say, canonical)
+    return class_posterior(vectors, prototypes)[:, [names.index(label) for label in labels]]
+
+
+def _prototypes(workspace, teachers, dataset, fit_dataset, encoder, max_length, device, say, canonical):
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.encoder import sentence_vectors
 
@@ -79,7 +106,7 @@ def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str,
     fit_vectors = sentence_vectors(workspace, encoder, fit_texts, fit_dataset.content_hash, max_length, device, say)
     prototypes = class_prototypes(fit_vectors, fit_labels, names)
     vectors = sentence_vectors(workspace, encoder, texts, dataset.content_hash, max_length, device, say)
-    return teacher_shares(vectors, prototypes, owns)
+    return names, owns, vectors, prototypes
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -39,22 +39,26 @@ def pseudo_in_distribution(max_prob: np.ndarray) -> np.ndarray:
 
 
 def on_steered_class(probs: np.ndarray, local: np.ndarray) -> np.ndarray:
-    """Generated rows the teacher itself puts in the class they were written for (p >= STEERED_MIN_P).
+    """Generated rows the teacher itself puts in the class they were written for (p >= STEERED_MIN_P), class by
+    class; a class with fewer than 2 such rows keeps all its rows.
 
     A row the steering could not pull into its class (an LM that wrote about something else) would
-    pull that class's mean away from the teacher's domain. With fewer than 2 such rows, every row
-    of the teacher's classes stays.
+    pull that class's mean away from the teacher's domain. But a teacher unsure of one class is unsure
+    of every text of it, right or not: filtering such a class would leave it without a Gaussian.
     """
     local = np.asarray(local)
-    owned = local >= 0
-    on_class = owned & (np.asarray(probs)[np.arange(len(local)), np.maximum(local, 0)] >= STEERED_MIN_P)
-    return on_class if on_class.sum() >= 2 else owned
+    passed = (local >= 0) & (np.asarray(probs)[np.arange(len(local)), np.maximum(local, 0)] >= STEERED_MIN_P)
+    keep = passed.copy()
+    for c in np.unique(local[local >= 0]):
+        if passed[local == c].sum() < 2:
+            keep[local == c] = True
+    return keep
 
 
 def generated_fit_line(note: dict) -> str:
     return (f"RMD for {note['teacher']}: fitted on {note['rows']} of the {note['written_for_it']} rows of "
             f"{note['data']} written for its classes, those it puts in their class (p >= {STEERED_MIN_P:g}; "
-            "all of them when fewer than 2 are)")
+            "all of a class's rows when fewer than 2 are)")
 
 
 def _digest(data) -> str:
@@ -307,6 +311,7 @@ class Runner:
                "pseudo": [PSEUDO_CONFIDENCE, PSEUDO_MIN_SHARE] if source == "pseudo" else None}
         if generated:
             key["steered_min_p"] = STEERED_MIN_P  # fits from before the filter are not reused
+            key["steered_filter"] = "per-class"  # nor those from before its fallback was per class
         fit_key = _digest(key)
         fit = self.store.find_rmd_fit(fit_key)
         if fit is not None and not Path(fit.path).is_dir():

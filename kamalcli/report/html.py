@@ -106,7 +106,8 @@ def selection_section(report: Report) -> str:
     for decision in report.auto:  # the one recommendation: only from a figure clearly above chance
         hint = (f" MUKI methods select with it by default; <code>--option score={escape(decision['score'])}</code> "
                 "names it." if decision["figure"] else "")
-        commit = f" muki-hard, {escape(decision['commit']['line'])}" if decision.get("commit") else ""
+        commit = "".join(f" muki-hard, {escape(decision[key]['line'])}" for key in ("prior", "commit")
+                         if decision.get(key))
         out.append(f'<p class="note">{escape(", ".join(decision["teachers"]))}: {escape(decision["line"])}{hint}'
                    f'{commit}</p>')
     return "".join(out)

@@ -73,8 +73,17 @@ def _score_and_fit(store, request, options, teachers) -> tuple[AmalgamateRequest
         notes.append(decision.line)
     score = training_options(options, request).confidence_score
     plan = rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=score in PROTOTYPE_SCORES)
+    if _wants_prior(options, teachers) and request.prior is None:
+        request = replace(request, prior=_decide_prior(store, teachers, request, options, notes))
     if _commits_by_skill(options) and request.gate is None:
-        request = replace(request, gate=_gate(store, teachers, plan, score, notes))
+        if request.prior and request.prior["data"]:
+            from kamalcli.probe.auto_score import Prior, prior_commitment
+
+            commitment = prior_commitment(Prior(request.prior["data"], request.prior["line"]))
+            notes.append(commitment.line)
+            request = replace(request, gate=commitment.as_json())
+        else:
+            request = replace(request, gate=_gate(store, teachers, plan, score, notes))
     if score not in FITTED:
         return request, notes
     if score in PROTOTYPE_SCORES and plan.dataset is None:
@@ -82,6 +91,32 @@ def _score_and_fit(store, request, options, teachers) -> tuple[AmalgamateRequest
                          "or text from `kamal synthesize`")
     notes.append(plan.line)
     return (replace(request, rmd_fit=plan.dataset.name) if plan.dataset is not None else request), notes
+
+
+def _wants_prior(options, teachers) -> bool:
+    return (getattr(options, "prior", "none") != "none" and not options.paper
+            and all(t.task == "sequence" for t in teachers))
+
+
+def _decide_prior(store, teachers, request, options, notes: list[str]) -> dict:
+    """muki-hard prior=auto|prototype (kamalcli/probe/auto_score.py decide_prior): the prototypes' labelled text,
+    recorded in the request so every process and a resumed run train with the same."""
+    from kamalcli.models.bases import resolve_model_source
+    from kamalcli.probe.auto_score import decide_prior
+    from kamalcli.probe.fit_plan import rmd_fit_plan
+
+    try:
+        resolve_model_source(options.encoder)
+        encoder_error = None
+    except KamalError as error:
+        encoder_error = str(error)
+    space = store.label_space(teachers)
+    prior = decide_prior(rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=True), space.names,
+                         store.label_aliases().canonical, encoder_error)
+    if options.prior == "prototype" and prior.data is None:
+        raise KamalError(f"prior=prototype: {prior.line.split(': ', 2)[-1]}")
+    notes.append(prior.line)
+    return prior.as_json()
 
 
 def _commits_by_skill(options) -> bool:

@@ -202,7 +202,20 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
     if reads_confidences(method, options) and _wants_prototypes(options, request, outputs):
         outputs = _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs,
                                         train_config, say)
+    if request.prior and request.prior.get("data"):
+        outputs = _with_prior(workspace, store, request, options, teachers, dataset, outputs, train_config)
     return outputs, probes, runner
+
+
+def _with_prior(workspace, store, request, options, teachers, dataset, outputs, train_config):
+    """outputs with the prototype classifier's class probabilities on the transfer rows (muki-hard prior)."""
+    from kamalcli.probe.prototypes import prototype_prior
+
+    prior = prototype_prior(workspace, teachers, dataset, store.dataset(request.prior["data"]),
+                            list(outputs.space.names), encoder=options.encoder, max_length=train_config.max_length,
+                            device=train_config.device, say=lambda _: None,
+                            canonical=store.label_aliases().canonical)
+    return replace(outputs, prior=prior)
 
 
 def _wants_prototypes(options, request, outputs) -> bool:

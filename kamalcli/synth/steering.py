@@ -14,6 +14,12 @@ once, and one is kept with probability proportional to p_T(c | text)^lambda
 (sampling-importance-resampling: the kept text follows p_LM * p_T^lambda up to
 the finite K). The teacher runs once per chunk instead of once per token.
 
+What a candidate is scored by (both modes): the steering teacher's own p(c)
+(the paper), or with `contrast` p(c | text) under the teachers' ensemble, the
+softmax over every teacher's logits concatenated (the mass of a label two
+teachers share summed): the text must then be class c for its teacher *and*
+look like nothing another teacher knows better.
+
 lambda = 0 is plain generation (top-m, nucleus): the teacher is never asked.
 """
 
@@ -63,11 +69,33 @@ class TeacherScorer:
         self.model.to(self.device).eval()
 
     @torch.inference_mode()
-    def log_probs(self, texts: list[str]) -> torch.Tensor:
-        """(n, k) log-probabilities over the teacher's classes."""
+    def logits(self, texts: list[str]) -> torch.Tensor:
+        """(n, k) logits over the teacher's classes."""
         encoded = self.tokenizer([t if t.strip() else " " for t in texts], padding=True, truncation=True,
                                  max_length=self.max_length, return_tensors="pt").to(self.device)
-        return F.log_softmax(self.model(**encoded).logits.float(), dim=-1).cpu()
+        return self.model(**encoded).logits.float().cpu()
+
+    def log_probs(self, texts: list[str]) -> torch.Tensor:
+        """(n, k) log-probabilities over the teacher's classes."""
+        return F.log_softmax(self.logits(texts), dim=-1)
+
+
+class EnsembleScorer:
+    """log p(label | text) under the teachers' ensemble: the softmax over every teacher's logits concatenated,
+    the mass of a label two teachers share summed. Columns follow `labels` (each distinct label once)."""
+
+    def __init__(self, scorers: list[TeacherScorer], teacher_labels: list[list[str]]):
+        self.scorers = scorers
+        self.labels = list(dict.fromkeys(label for labels in teacher_labels for label in labels))
+        columns = [self.labels.index(label) for labels in teacher_labels for label in labels]
+        self._sum = F.one_hot(torch.tensor(columns), len(self.labels)).float()  # (all classes, distinct labels)
+
+    def index(self, label: str) -> int:
+        return self.labels.index(label)
+
+    def log_probs(self, texts: list[str]) -> torch.Tensor:
+        probs = torch.cat([s.logits(texts) for s in self.scorers], dim=1).softmax(dim=-1)
+        return (probs @ self._sum).clamp(min=1e-30).log()
 
 
 @dataclass
@@ -155,9 +183,10 @@ class _Stepper:
         self.logits = self.logits[rows]
 
 
-def generate(lm: CausalLM, scorer: TeacherScorer | None, class_index: int, prompts: list[str],
+def generate(lm: CausalLM, scorer: TeacherScorer | EnsembleScorer | None, class_index: int, prompts: list[str],
              config: SteeringConfig, seed: int) -> tuple[list[str], Timing]:
-    """One text per prompt, steered towards the teacher's class `class_index` (same seed, same texts)."""
+    """One text per prompt, steered towards column `class_index` of the scorer's log_probs (same seed, same
+    texts)."""
     generator = torch.Generator().manual_seed(seed)
     timing = Timing()
     steer = scorer is not None and config.strength != 0
@@ -173,7 +202,7 @@ def _candidates(log_probs: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Te
     return log_probs.topk(min(m, log_probs.shape[-1]), dim=-1)
 
 
-def _teacher_log_prob(scorer: TeacherScorer, lm: CausalLM, rows: list[list[int]], class_index: int,
+def _teacher_log_prob(scorer: TeacherScorer | EnsembleScorer, lm: CausalLM, rows: list[list[int]], class_index: int,
                       timing: Timing) -> torch.Tensor:
     started = time.perf_counter()
     texts = lm.decode(rows)

@@ -45,6 +45,8 @@ class SynthesisRequest:
     batch_size: int
     seed: int
     teacher_max_length: int = 128
+    contrast: bool = False             # steer by the teachers' ensemble p(class), not the steering teacher's alone
+    min_steering_p: float = 0.0        # drop rows whose steering teacher gives their class less (0: keep every row)
     device: str = "auto"
 
     def check(self) -> None:
@@ -59,6 +61,7 @@ class SynthesisRequest:
             (self.max_new_tokens >= 1, "--max-new-tokens must be at least 1"),
             (self.chunk_tokens >= 1 and self.chunk_candidates >= 1, "--chunk-tokens and --chunk-candidates must be at least 1"),
             (self.batch_size >= 1, "--batch-size must be at least 1"),
+            (0 <= self.min_steering_p < 1, "--min-steering-p must be in [0, 1)"),
         ]
         for ok, message in problems:
             if not ok:
@@ -214,17 +217,30 @@ def _generate(request: SynthesisRequest, lm_folder: Path, teachers, pending: Ite
     from kamalcli.synth.steering import SteeringConfig, generate
 
     lm, scorers = load_models(lm_folder, teachers, request.teacher_max_length, request.device)
+    steer_by = steering_scorer(scorers, teachers, request.contrast)
     config = SteeringConfig(request.strength, request.top_m, request.top_p, request.max_new_tokens, request.mode,
                             request.chunk_tokens, request.chunk_candidates)
     with progress_bar(total, f"synthesize {request.name}", unit="text") as bar:
         for unit in pending:
             started = time.perf_counter()
-            texts, timing = generate(lm, scorers[unit.teacher], unit.class_index, list(unit.prompts), config, unit.seed)
+            scorer, column = steer_by(unit)
+            texts, timing = generate(lm, scorer, column, list(unit.prompts), config, unit.seed)
             write_json_atomic(_unit_path(workdir, unit), {
                 "teacher": unit.teacher, "label": unit.label, "seed": unit.seed, "prompts": list(unit.prompts),
                 "texts": texts, "timing": {**asdict(timing), "seconds": time.perf_counter() - started},
             })
             bar.advance(len(texts))
+
+
+def steering_scorer(scorers: dict, teachers, contrast: bool):
+    """unit -> (scorer, column): the teachers' ensemble and the label's column with contrast and several teachers,
+    else the unit's own teacher and its class index."""
+    from kamalcli.synth.steering import EnsembleScorer
+
+    if not contrast or len(teachers) < 2:
+        return lambda unit: (scorers[unit.teacher], unit.class_index)
+    ensemble = EnsembleScorer([scorers[t.name] for t in teachers], [list(t.labels) for t in teachers])
+    return lambda unit: (ensemble, ensemble.index(unit.label))
 
 
 def load_models(lm_folder: Path, teachers, teacher_max_length: int, device: str):
@@ -277,7 +293,7 @@ def _register(workspace, store, request, params, teachers, units: Iterable[Unit]
         "generator": {"lm": request.lm, "fingerprint": params["lm_fingerprint"]},
         "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
         "settings": {k: params[k] for k in ("per_class", "strength", "top_m", "top_p", "max_new_tokens", "mode",
-                                            "chunk_tokens", "chunk_candidates", "batch_size", "seed")},
+                                            "chunk_tokens", "chunk_candidates", "batch_size", "seed", "contrast", "min_steering_p")},
         "prompts": list(request.prompts), "empty_texts_dropped": empty,
         "timing": {k: round(v, 3) for k, v in timing.items()}, "quality": quality,
     }
@@ -290,26 +306,26 @@ def _register(workspace, store, request, params, teachers, units: Iterable[Unit]
 
 
 def _drop_failed_steering(request, teachers, rows: list[tuple], say) -> tuple[list[tuple], dict]:
-    """The rows steering held on, and the quality figures (with the rows dropped per class); a warning when
-    some were dropped, a failure when none is left."""
+    """The rows kept (all, or those at --min-steering-p and above) and the quality figures (with the weak and
+    dropped rows per class); a note or warning naming them, a failure when none is left."""
+    from kamalcli.probs import softmax
     from kamalcli.synth.quality import steering_failed_everywhere, steering_warnings
 
     texts, labels, steered_by = [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
-    probs = {t.name: _teacher_probs(t, texts, request.device, request.teacher_max_length) for t in teachers}
-    kept = steering_held(teachers, probs, steered_by, labels)
-    quality = measure_quality(teachers, texts, steered_by, labels, probs, kept)
+    logits = {t.name: _teacher_logits(t, texts, request.device, request.teacher_max_length) for t in teachers}
+    probs = {name: softmax(z) for name, z in logits.items()}
+    kept = steering_teacher_p(teachers, probs, steered_by, labels) >= request.min_steering_p
+    quality = measure_quality(teachers, texts, steered_by, labels, logits, kept, request.min_steering_p)
     if not kept.any():
-        raise KamalFailure(steering_failed_everywhere(len(rows), request.strength))
+        raise KamalFailure(steering_failed_everywhere(len(rows), request.strength, request.min_steering_p))
     for line in steering_warnings(quality, request.strength):
         say(line)
     return [r for r, k in zip(rows, kept) if k], quality
 
 
-def steering_held(teachers, probs: dict, steered_by: list[str], labels: list[str]):
-    """Per row: whether its steering teacher gives the class it was steered to at least MIN_STEERING_P."""
+def steering_teacher_p(teachers, probs: dict, steered_by: list[str], labels: list[str]):
+    """Per row: the probability its steering teacher gives the class it was steered to."""
     import numpy as np
-
-    from kamalcli.synth.quality import MIN_STEERING_P
 
     steered_by, labels = np.asarray(steered_by), np.asarray(labels)
     p = np.zeros(len(labels))
@@ -317,24 +333,32 @@ def steering_held(teachers, probs: dict, steered_by: list[str], labels: list[str
         for class_index, label in enumerate(teacher.labels):
             rows = (steered_by == teacher.name) & (labels == label)
             p[rows] = probs[teacher.name][rows, class_index]
-    return p >= MIN_STEERING_P
+    return p
 
 
-def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: list[str], probs: dict, kept) -> dict:
+def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: list[str], logits: dict, kept,
+                    min_steering_p: float = 0.0) -> dict:
     """Label-free figures per steering teacher and class, and over all rows kept.
 
-    rows / dropped: the rows kept, and those dropped because steering failed on them (kamalcli/synth/quality.py);
+    rows / dropped: the rows kept, and those dropped under --min-steering-p (kamalcli/synth/quality.py); weak: the
+    rows kept whose steering teacher gives their class p < WEAK_STEERING_P;
     steering_p: the steering teacher's mean p(class) on the texts kept for that class (dropped_steering_p: on those
     dropped); others_confidence: the other teachers' mean max-probability on them (low is good: the text
-    should be outside their domains); distinct_2 and near_duplicates as in kamalcli/synth/quality.py.
+    should be outside their domains); in_domain: the share of them whose top class over every teacher's logits
+    concatenated is one of the steering teacher's (the teacher the ensemble's target, and energy, pick for
+    them: high is good); distinct_2 and near_duplicates as in kamalcli/synth/quality.py.
     """
     import numpy as np
 
-    from kamalcli.synth.quality import MIN_STEERING_P, distinct_2, near_duplicate_share
+    from kamalcli.probs import softmax
+    from kamalcli.synth.quality import WEAK_STEERING_P, distinct_2, near_duplicate_share
 
     steered_by, labels, kept = np.asarray(steered_by), np.asarray(labels), np.asarray(kept, dtype=bool)
+    probs = {name: softmax(z) for name, z in logits.items()}
+    owner = np.concatenate([[i] * len(t.labels) for i, t in enumerate(teachers)])
+    top_teacher = owner[np.concatenate([logits[t.name] for t in teachers], axis=1).argmax(axis=1)]
     groups = []
-    for teacher in teachers:
+    for number, teacher in enumerate(teachers):
         others = [o for o in teachers if o.name != teacher.name]
         for class_index, label in enumerate(teacher.labels):
             steered = (steered_by == teacher.name) & (labels == label)
@@ -343,10 +367,13 @@ def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: l
             rows, dropped = np.flatnonzero(steered & kept), np.flatnonzero(steered & ~kept)
             steering_p, others_confidence = _confidences(probs, teacher, class_index, others, rows)
             dropped_p, dropped_others = _confidences(probs, teacher, class_index, others, dropped)
+            weak = int((probs[teacher.name][rows, class_index] < WEAK_STEERING_P).sum()) if len(rows) else 0
             groups.append({
                 "teacher": teacher.name, "label": label, "rows": int(len(rows)), "dropped": int(len(dropped)),
+                "weak": weak,
                 "steering_p": steering_p, "others_confidence": others_confidence,
                 "dropped_steering_p": dropped_p, "dropped_others_confidence": dropped_others,
+                "in_domain": _round(float((top_teacher[rows] == number).mean())) if others and len(rows) else None,
                 "distinct_2": _round(distinct_2([texts[r] for r in rows])),
                 "near_duplicates": _round(near_duplicate_share([texts[r] for r in rows])),
             })
@@ -357,10 +384,11 @@ def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: l
         return round(float(sum(v * w for v, w in values) / sum(w for _, w in values)), 4) if values else None
 
     kept_texts = [t for t, k in zip(texts, kept) if k]
-    overall = {"rows": len(kept_texts), "dropped": int((~kept).sum()), "steering_p": mean("steering_p"),
-               "others_confidence": mean("others_confidence"), "distinct_2": _round(distinct_2(kept_texts)),
+    overall = {"rows": len(kept_texts), "dropped": int((~kept).sum()), "weak": sum(g["weak"] for g in groups),
+               "steering_p": mean("steering_p"),
+               "others_confidence": mean("others_confidence"), "in_domain": mean("in_domain"), "distinct_2": _round(distinct_2(kept_texts)),
                "near_duplicates": _round(near_duplicate_share(kept_texts))}
-    return {"overall": overall, "groups": groups, "min_steering_p": MIN_STEERING_P}
+    return {"overall": overall, "groups": groups, "min_steering_p": min_steering_p, "weak_steering_p": WEAK_STEERING_P}
 
 
 def _confidences(probs: dict, teacher, class_index: int, others, rows) -> tuple[float | None, float | None]:
@@ -377,7 +405,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _teacher_probs(teacher, texts: list[str], device: str, max_length: int):
+def _teacher_logits(teacher, texts: list[str], device: str, max_length: int):
     import numpy as np
     import torch
 
@@ -390,4 +418,4 @@ def _teacher_probs(teacher, texts: list[str], device: str, max_length: int):
     model, tokenizer = load_classifier(teacher.path, owner=owner), load_tokenizer(teacher.path, owner)
     scorer = TeacherScorer(model, tokenizer, clamp_length(max_length, model.config, tokenizer),
                            torch.device(resolve_device(device)))
-    return np.concatenate([scorer.log_probs(texts[i:i + 64]).exp().numpy() for i in range(0, len(texts), 64)])
+    return np.concatenate([scorer.logits(texts[i:i + 64]).numpy() for i in range(0, len(texts), 64)])
