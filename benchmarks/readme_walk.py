@@ -16,7 +16,8 @@ test rows and on the generated rows.
     python benchmarks/readme_walk.py [--synthesize N [--contrast] [--chunk-candidates K]] [--seed S]
                                      [--ablation commit1|no-prior] [--no-students]
 
-Prints a markdown table; the workspaces stay under benchmarks/work/ (rerun: cached steps are skipped).
+Prints markdown tables, also written to benchmarks/results/readme-walk-*.md; the workspaces stay under
+benchmarks/work/ (rerun: cached steps are skipped).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import DEFAULT_DATA, HALF_A, HALF_B, WORK, Workspace, load_split, sample  # noqa: E402
+from common import DEFAULT_DATA, HALF_A, HALF_B, RESULTS, WORK, Workspace, load_split, sample  # noqa: E402
 
 BASE, LENGTH = "minilm-l3", 64
 STUDENTS = (("default", "muki-hard", ()),  # kamal's default: commit=auto, prior=auto
@@ -148,7 +149,8 @@ def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = 
     selection = {}  # data -> score -> (accuracy, AUROC): on the test rows (text new to the teachers) and generated
     for s in ws.json("report")["selection"]:
         selection.setdefault(s["data"], {})[s["score"]] = (s["accuracy"], s["auroc"] or float("nan"))
-    return {"rows": rows, "timings": timings, "report": report, "selection": selection, "default_objective": student.get("train", {}).get(
+    return {"rows": rows, "timings": timings, "report": report, "selection": selection, "workspace": ws.root.name,
+            "default_objective": student.get("train", {}).get(
         "objective", {})}
 
 
@@ -167,18 +169,19 @@ def main() -> None:
     args = parser.parse_args()
     result = walk(args.seed, args.synthesize, args.tag, tuple(args.ablation), contrast=args.contrast,
                   candidates=args.chunk_candidates, students=not args.no_students)
-    print(f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |")
-    print("|---|---|---|")
-    for name, m in result["rows"].items():
-        print(f"| {name} | {100 * m['accuracy']:.1f} | {100 * m['macro_f1']:.1f} |")
-    print("\n| selects the right teacher (% of rows; AUROC) | " + " | ".join(result["selection"]) + " |")
-    print("|---|" + "---|" * len(result["selection"]))
+    lines = [f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |",
+             "|---|---|---|"]
+    lines += [f"| {name} | {100 * m['accuracy']:.1f} | {100 * m['macro_f1']:.1f} |" for name, m in result["rows"].items()]
+    lines += ["", "| selects the right teacher (% of rows; AUROC) | " + " | ".join(result["selection"]) + " |",
+              "|---|" + "---|" * len(result["selection"])]
     for score in sorted({k for v in result["selection"].values() for k in v}):
         cells = [result["selection"][data].get(score) for data in result["selection"]]
-        print(f"| {score} | " + " | ".join("-" if c is None else f"{100 * c[0]:.1f} ({c[1]:.3f})" for c in cells) + " |")
-    print("\ntimings (s):", {k: round(v) for k, v in result["timings"].items()})
-    print("\ndefault student's objective:", json.dumps(result["default_objective"])[:600])
-
+        lines.append(f"| {score} | " + " | ".join("-" if c is None else f"{100 * c[0]:.1f} ({c[1]:.3f})"
+                                                  for c in cells) + " |")
+    lines += ["", f"timings (s): { {k: round(v) for k, v in result['timings'].items()} }",
+              "", "default student's objective: " + json.dumps(result["default_objective"])[:600]]
+    (RESULTS / f"readme-{result['workspace']}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 if __name__ == "__main__":
     main()

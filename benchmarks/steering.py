@@ -19,7 +19,8 @@ Per configuration:
 
     python benchmarks/steering.py [--seed S] [--per-class N] [--config NAME ...]
 
-Texts are kept in benchmarks/work/steering-S/ (a rerun scores them again without generating).
+Texts are kept in benchmarks/work/steering-S/ (a rerun scores them again without generating); the table goes to
+benchmarks/results/steering-S.md.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import DOMAIN_PROMPT, WORK, markdown  # noqa: E402
+from common import DOMAIN_PROMPT, RESULTS, WORK, markdown  # noqa: E402
 from readme_walk import SUPERVISED  # noqa: E402
 
 LENGTH = 32
@@ -42,6 +43,7 @@ CONFIGS = {
     "plain": (0.0, 8, False),
     "chunk x8, steering teacher's p (before)": (3.0, 8, False),
     "chunk x8, ensemble's p (contrast)": (3.0, 8, True),
+    "chunk x4, steering teacher's p": (3.0, 4, False),
     "chunk x4, ensemble's p (contrast)": (3.0, 4, True),
 }
 
@@ -102,19 +104,27 @@ def score(saved: dict, seed: int) -> str:
         msp = np.array(names)[np.stack([softmax(z).max(1) for z in logits], 1).argmax(1)]
         judged = np.array(judge["labels"])[classifier_logits(Path(judge["path"]), texts, 64).argmax(1)]
         judged_half = np.array([next(t for t in names if j in teachers[t][1]) for j in judged])
+        own = {t: softmax(z) for t, z in zip(names, logits)}
+        weak = np.array([own[t][i, teachers[t][1].index(label)] < 0.5 for i, (t, label) in enumerate(zip(steered, wanted))])
+        right = judged == wanted
         per_text = r["seconds"] / len(texts)
         rows.append([name, f"{60 / per_text:.1f}", f"{per_text / plain:.2f}", f"{100 * (energy == steered).mean():.1f}",
                      f"{100 * (msp == steered).mean():.1f}", f"{100 * (judged_half == steered).mean():.1f}",
-                     f"{100 * (judged == wanted).mean():.1f}"])
+                     f"{100 * right.mean():.1f}", f"{100 * weak.mean():.0f}",
+                     "-" if not weak.any() else f"{100 * right[weak].mean():.1f}",
+                     "-" if weak.all() else f"{100 * right[~weak].mean():.1f}"])
         per_class[name] = {f"{t}/{label}": float((energy == steered)[(steered == t) & (wanted == label)].mean())
                            for t in names for label in teachers[t][1]}
     table = markdown(["generation", "texts / min", "time per text / plain", "energy picks its teacher %",
-                      "msp picks its teacher %", "judge: its teacher's half %", "judge: its class %"], rows)
+                      "msp picks its teacher %", "judge: its teacher's half %", "judge: its class %",
+                      "weak rows %", "judge: class, weak rows %", "judge: class, other rows %"], rows)
     classes = list(next(iter(per_class.values())))
     table += "\n\nPer class, energy picks the steering teacher (% of its texts):\n\n" + markdown(
         ["generation", *[c.split("/")[1] for c in classes]],
         [[name, *[f"{100 * v[c]:.0f}" for c in classes]] for name, v in per_class.items()])
-    table += (f"\n\nTeachers of readme_walk.py seed {seed}; {saved['per_class']} texts per class and configuration "
+    table += ("\n\nWeak: the steering teacher gives the class p < 0.5 (the rows `kamal synthesize` dropped before "
+              "issue 31; `--min-steering-p 0.5`).")
+    table += (f" Teachers of readme_walk.py seed {seed}; {saved['per_class']} texts per class and configuration "
               f"(one batch), smollm2-135m, {LENGTH} new tokens at most, top-m 20, top-p 0.9, lambda 3, chunks of "
               f"8 tokens; prompt: {DOMAIN_PROMPT!r}. Judge: {judge['name']} of readme_walk.py (minilm-l3 on the "
               f"pool's gold labels).")
@@ -139,7 +149,9 @@ def main() -> None:
     out = WORK / f"steering-{args.seed}" / f"texts-{args.per_class}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     saved = json.loads(out.read_text()) if out.is_file() else generate_all(args.seed, args.per_class, names, out)
-    print(score(saved, args.seed))
+    table = score(saved, args.seed)
+    (RESULTS / f"steering-{args.seed}.md").write_text(table + "\n")
+    print(table)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kamalcli.errors import KamalError
-from kamalcli.probe.prototypes import class_prototypes, fused, teacher_shares
+from kamalcli.probe.prototypes import class_posterior, class_prototypes, fused, teacher_shares
 
 
 def test_a_label_prototype_is_the_unit_mean_of_its_unit_rows():
@@ -26,6 +26,31 @@ def test_teacher_shares_are_softmax_mass_over_each_teachers_labels():
     assert np.allclose(teacher_shares(rows, prototypes, both, temperature=1.0)[0], [0.731059, 1.0], atol=1e-6)
     # T = 0.05 scales the cosines by 20: softmax([20, 0])
     assert np.allclose(teacher_shares(rows[:1], prototypes, owns)[0], [1 - 2.061154e-9, 2.061154e-9], atol=1e-12)
+
+
+def test_the_prior_is_the_softmax_of_cosines_at_temperature_0_1_over_every_label():
+    prototypes = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])  # labels a, b, c
+    rows = np.array([[2.0, 0.0], [3.0, 4.0]])  # unit: [1, 0], [0.6, 0.8]
+    # cosines (1, 0, 0.6) and (0.6, 0.8, 1) scaled by 10
+    assert np.allclose(class_posterior(rows, prototypes), [[0.981970, 0.000045, 0.017985],
+                                                           [0.015876, 0.117310, 0.866813]], atol=1e-6)
+
+
+def test_the_prior_is_decided_on_labelled_text_holding_every_label():
+    from types import SimpleNamespace
+
+    from kamalcli.probe.auto_score import decide_prior
+
+    synth = SimpleNamespace(name="synth", label_counts={"a": 3, "B": 2})
+    plan = SimpleNamespace(dataset=synth)
+    prior = decide_prior(plan, ["a", "b"], canonical=str.lower)  # B merged into b (kamal labels merge)
+    assert prior.data == "synth" and prior.as_json()["kind"] == "prototype"
+    assert prior.line.startswith("prior=auto: the target is multiplied by the class probabilities")
+    missing = decide_prior(plan, ["a", "b", "c"], canonical=str.lower)
+    assert missing.data is None and missing.line == "prior=auto: none: synth has no rows of c."
+    assert decide_prior(SimpleNamespace(dataset=None), ["a"]).line.startswith("prior=auto: none: no labelled text")
+    assert decide_prior(plan, ["a", "b"], str.lower, encoder_error="minilm-l6 is not installed").line == (
+        "prior=auto: none: minilm-l6 is not installed.")
 
 
 def test_fusion_averages_the_pooled_percentiles():

@@ -178,34 +178,39 @@ class Prior:
     prototypes.py), built from labelled text for every label (generated, or --rmd-fit), and why."""
 
     data: str | None          # the labelled text the prototypes come from; None: no prior
-    line: str
+    reason: str
+
+    @property
+    def line(self) -> str:
+        return f"prior=auto: {'' if self.data else 'none: '}{self.reason}"
 
     def as_json(self) -> dict:
         return {"kind": "prototype" if self.data else "none", "data": self.data, "line": self.line}
 
 
-def decide_prior(plan, label_names, canonical=lambda label: label, encoder_error: str | None = None) -> Prior:
+def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str = "minilm-l6",
+                 encoder_error: str | None = None) -> Prior:
     """The prototype prior where the fit plan has one labelled dataset holding every label (label_names: the
     union's classes; canonical: a label's class) and the encoder is installed; else none, saying why."""
     dataset = plan.dataset
     if dataset is None:
-        return Prior(None, "prior=auto: none: no labelled text for these teachers' labels (`kamal synthesize` "
-                           "writes some, or --rmd-fit NAME).")
+        return Prior(None, "no labelled text for these teachers' labels (`kamal synthesize` writes some, or "
+                           "--rmd-fit NAME).")
     present = {canonical(label) for label in (dataset.label_counts or {})}
     missing = [name for name in label_names if name not in present]
     if missing:
-        return Prior(None, f"prior=auto: none: {dataset.name} has no rows of {', '.join(missing)}.")
+        return Prior(None, f"{dataset.name} has no rows of {', '.join(missing)}.")
     if encoder_error:
-        return Prior(None, f"prior=auto: none: {encoder_error}.")
-    return Prior(dataset.name, f"prior=auto: the target is multiplied by the class probabilities of a prototype "
-                               f"classifier over every label, built from {dataset.name} (kamal's default encoder); "
-                               "it carries the selection, so commit=auto keeps vanilla-kd's soft target.")
+        return Prior(None, f"{encoder_error}.")
+    return Prior(dataset.name, f"the target is multiplied by the class probabilities of a prototype classifier "
+                               f"over every label, built from {dataset.name} in {encoder}; it carries the "
+                               "selection, so commit=auto keeps vanilla-kd's soft target.")
 
 
-def prior_commitment(prior: Prior) -> Commitment:
-    """commit=auto beside a prior: vanilla-kd's target, which the prior then selects within."""
-    return Commitment(0.0, None, None, f"commit=auto: each row learns vanilla-kd's target times the prior of "
-                                        f"{prior.data} (the prior carries the selection).")
+def prior_commitment(data: str) -> Commitment:
+    """commit=auto beside a prior (from `data`): vanilla-kd's target, which the prior then selects within."""
+    return Commitment(0.0, None, None, f"commit=auto: each row learns vanilla-kd's target times the prior of {data} "
+                                        "(the prior carries the selection).")
 
 
 def _weight(f: Figure) -> tuple[bool, int]:
@@ -298,7 +303,7 @@ def workspace_decisions(store) -> list[dict]:
         decision = decide(figures, tuple(len(t.labels) for t in group))
         prior = decide_prior(rmd_fit_plan(store, group, one_dataset=True), store.label_space(group).names,
                              store.label_aliases().canonical)
-        commit = prior_commitment(prior) if prior.data else _commitment_on(figures, decision.score)
+        commit = prior_commitment(prior.data) if prior.data else _commitment_on(figures, decision.score)
         out.append({"teachers": list(names), **decision.as_json(), "commit": commit.as_json(),
                     "prior": prior.as_json()})
     return out

@@ -76,14 +76,7 @@ def _score_and_fit(store, request, options, teachers) -> tuple[AmalgamateRequest
     if _wants_prior(options, teachers) and request.prior is None:
         request = replace(request, prior=_decide_prior(store, teachers, request, options, notes))
     if _commits_by_skill(options) and request.gate is None:
-        if request.prior and request.prior["data"]:
-            from kamalcli.probe.auto_score import Prior, prior_commitment
-
-            commitment = prior_commitment(Prior(request.prior["data"], request.prior["line"]))
-            notes.append(commitment.line)
-            request = replace(request, gate=commitment.as_json())
-        else:
-            request = replace(request, gate=_gate(store, teachers, plan, score, notes))
+        request = replace(request, gate=_gate(store, teachers, plan, score, notes, request.prior))
     if score not in FITTED:
         return request, notes
     if score in PROTOTYPE_SCORES and plan.dataset is None:
@@ -112,9 +105,9 @@ def _decide_prior(store, teachers, request, options, notes: list[str]) -> dict:
         encoder_error = str(error)
     space = store.label_space(teachers)
     prior = decide_prior(rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=True), space.names,
-                         store.label_aliases().canonical, encoder_error)
+                         store.label_aliases().canonical, options.encoder, encoder_error)
     if options.prior == "prototype" and prior.data is None:
-        raise KamalError(f"prior=prototype: {prior.line.split(': ', 2)[-1]}")
+        raise KamalError(f"prior=prototype: {prior.reason}")
     notes.append(prior.line)
     return prior.as_json()
 
@@ -123,11 +116,14 @@ def _commits_by_skill(options) -> bool:
     return getattr(options, "commit", None) == "auto" and not options.paper
 
 
-def _gate(store, teachers, plan, score: str, notes: list[str]) -> dict:
-    """muki-hard commit=auto (kamalcli/probe/auto_score.py decide_commitment)."""
-    from kamalcli.probe.auto_score import decide_commitment
+def _gate(store, teachers, plan, score: str, notes: list[str], prior: dict | None) -> dict:
+    """muki-hard commit=auto (kamalcli/probe/auto_score.py decide_commitment; beside a prior, prior_commitment)."""
+    from kamalcli.probe.auto_score import decide_commitment, prior_commitment
 
-    decision = decide_commitment(store, teachers, plan, score)
+    if prior and prior["data"]:
+        decision = prior_commitment(prior["data"])
+    else:
+        decision = decide_commitment(store, teachers, plan, score)
     notes.append(decision.line)
     return decision.as_json()
 

@@ -89,7 +89,7 @@ def _dropped(group: dict) -> str:
 
 
 def _weak(group: dict) -> str:
-    return f"{group['teacher']}/{group['label']} {group['weak']} of {group['rows']} (p(class) {group['steering_p']:.2g})"
+    return f"{group['teacher']}/{group['label']} {group['weak']} of {group['rows']} (p(class) {group['weak_steering_p']:.2g})"
 
 
 def steering_failed_everywhere(rows: int, strength: float, floor: float) -> str:

@@ -341,7 +341,7 @@ def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: l
     """Label-free figures per steering teacher and class, and over all rows kept.
 
     rows / dropped: the rows kept, and those dropped under --min-steering-p (kamalcli/synth/quality.py); weak: the
-    rows kept whose steering teacher gives their class p < WEAK_STEERING_P;
+    rows kept whose steering teacher gives their class p < WEAK_STEERING_P (weak_steering_p: its mean p on them);
     steering_p: the steering teacher's mean p(class) on the texts kept for that class (dropped_steering_p: on those
     dropped); others_confidence: the other teachers' mean max-probability on them (low is good: the text
     should be outside their domains); in_domain: the share of them whose top class over every teacher's logits
@@ -367,10 +367,11 @@ def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: l
             rows, dropped = np.flatnonzero(steered & kept), np.flatnonzero(steered & ~kept)
             steering_p, others_confidence = _confidences(probs, teacher, class_index, others, rows)
             dropped_p, dropped_others = _confidences(probs, teacher, class_index, others, dropped)
-            weak = int((probs[teacher.name][rows, class_index] < WEAK_STEERING_P).sum()) if len(rows) else 0
+            kept_p = probs[teacher.name][rows, class_index]
+            weak = kept_p < WEAK_STEERING_P
             groups.append({
                 "teacher": teacher.name, "label": label, "rows": int(len(rows)), "dropped": int(len(dropped)),
-                "weak": weak,
+                "weak": int(weak.sum()), "weak_steering_p": _round(float(kept_p[weak].mean())) if weak.any() else None,
                 "steering_p": steering_p, "others_confidence": others_confidence,
                 "dropped_steering_p": dropped_p, "dropped_others_confidence": dropped_others,
                 "in_domain": _round(float((top_teacher[rows] == number).mean())) if others and len(rows) else None,
