@@ -6,7 +6,7 @@ unlabelled pool is the dev split (rows no teacher trained on), the test rows com
 Then the README's commands in order, with nothing but the base and lengths set in kamal.toml:
 probe, report, amalgamate --method muki-hard (kamal's default) and, beside it, vanilla-kd (and with
 --ablation commit1 the same selection with MUKI's hard target, commit=1; --ablation no-prior the default without
-its prototype prior); eval of each, of the teachers' ensemble and
+its prototype prior; uhc, paper, init-merge); eval of each, of the teachers' ensemble and
 of their encoders merged in weight space (kamal eval --baseline merge:METHOD), and the supervised reference
 (the same base fine-tuned on the pool's gold labels, in the teachers' workspace). With --synthesize N, the
 README's "No text?" step first: `kamal synthesize --per-class N` with a prompt naming the domain (its text
@@ -14,7 +14,7 @@ serves the selection scores; the pool stays the transfer set). Then every score'
 test rows and on the generated rows.
 
     python benchmarks/readme_walk.py [--synthesize N [--contrast] [--chunk-candidates K]] [--seed S]
-                                     [--ablation commit1|no-prior] [--no-students]
+                                     [--ablation commit1|no-prior|uhc|paper|init-merge] [--no-students]
 
 Prints markdown tables, also written to benchmarks/results/readme-walk-*.md; the workspaces stay under
 benchmarks/work/ (rerun: cached steps are skipped).
@@ -33,12 +33,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import DEFAULT_DATA, HALF_A, HALF_B, RESULTS, WORK, Workspace, load_split, sample  # noqa: E402
 
 BASE, LENGTH = "minilm-l3", 64
+# (name, method, amalgamate's other arguments)
 STUDENTS = (("default", "muki-hard", ()),  # kamal's default: commit=auto, prior=auto
             ("vanilla", "vanilla-kd", ()))
 MERGES = ("task-arithmetic", "ties", "average")
 SUPERVISED = "supervised-pool-600"  # the student's budget: 600 steps at most, early stopping on held-out rows
-ABLATIONS = {"commit1": ("muki-hard-commit1", "muki-hard", ("commit=1", "prior=none")),  # MUKI's hard target
-             "no-prior": ("no-prior", "muki-hard", ("prior=none",))}  # the default before the prototype prior
+ABLATIONS = {
+    "commit1": ("muki-hard-commit1", "muki-hard", ("--option", "commit=1", "--option", "prior=none")),  # MUKI's target
+    "no-prior": ("no-prior", "muki-hard", ("--option", "prior=none")),  # the default before the prototype prior
+    "uhc": ("uhc", "uhc", ()),
+    "paper": ("muki-paper", "muki-hard", ("--option", "paper=true")),  # MUKI as published
+    "init-merge": ("default-init-merge", "muki-hard", ("--init", "merge")),  # the default from the merged encoder
+}
 
 
 def fresh(root: Path) -> Workspace:
@@ -116,9 +122,9 @@ def supervised_on_pool(seed: int) -> dict:
 
 
 def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = (), contrast: bool = False,
-         candidates: int = 8, students: bool = True) -> dict:
+         candidates: int = 4, students: bool = True) -> dict:
     folders = teachers(seed)
-    # the issue-31 runs were made with --contrast, the default then: their workspaces keep the plain name
+    # the first issue-31 runs used --contrast and 8 candidates, the defaults then: their workspaces keep the plain name
     steering = "" if not synthesize else ("" if contrast else "-paper") + ("" if candidates == 8 else f"-x{candidates}")
     ws = with_teachers_and_data(WORK / f"walk-{seed}-synth{synthesize}{steering}{tag}", folders, seed)
     known = {d["name"] for d in ws.json("data")}
@@ -132,10 +138,10 @@ def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = 
     timings["probe"] = time.perf_counter() - started
     report = ws("report")
     rows = {}
-    for name, method, options in (STUDENTS + tuple(ABLATIONS[a] for a in ablation)) * students:
+    for name, method, arguments in (STUDENTS + tuple(ABLATIONS[a] for a in ablation)) * students:
         if not ws.has_student(name):
             started = time.perf_counter()
-            ws("amalgamate", "--method", method, *(a for o in options for a in ("--option", o)), "--name", name,
+            ws("amalgamate", "--method", method, *arguments, "--name", name,
                "--seed", seed, quiet=True)
             timings[name] = time.perf_counter() - started
         rows[name] = ws.json("eval", name, "--data", "test")
@@ -161,10 +167,11 @@ def main() -> None:
                         help="run `kamal synthesize --per-class N` first (the README's 'No text?' step)")
     parser.add_argument("--tag", default="", help="a suffix for the walk's workspace (to compare two versions)")
     parser.add_argument("--ablation", action="append", choices=list(ABLATIONS), default=[],
-                        help="also train muki-hard with commit=1 (MUKI's target), or with prior=none (repeatable)")
+                        help="also train these (repeatable): muki-hard with commit=1 (MUKI's target), with "
+                             "prior=none, uhc, muki-hard paper=true, the default with --init merge")
     parser.add_argument("--contrast", action="store_true",
                         help="synthesize with --contrast (steered by the teachers' ensemble; the issue-31 runs)")
-    parser.add_argument("--chunk-candidates", type=int, default=8, help="synthesize --chunk-candidates")
+    parser.add_argument("--chunk-candidates", type=int, default=4, help="synthesize --chunk-candidates (kamal's default)")
     parser.add_argument("--no-students", action="store_true", help="stop after the probe and the baselines")
     args = parser.parse_args()
     result = walk(args.seed, args.synthesize, args.tag, tuple(args.ablation), contrast=args.contrast,

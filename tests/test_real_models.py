@@ -79,7 +79,7 @@ def test_synthesize_with_smollm2_converted_from_its_gguf(kamal, trained):
           "--prompt", "Write one news sentence about {label}.")
     [data] = kamal.json("data")
     overall = data["provenance"]["quality"]["overall"]
-    # every text written is kept or counted among those where steering failed (dropped, and said)
+    # every text written is kept (weak rows too), unless empty; --min-steering-p would count the dropped ones
     assert data["rows"] >= 1 and data["rows"] + overall["dropped"] >= 3
     assert data["provenance"]["generator"] == {"lm": "smollm2-135m", "fingerprint": record["model_sha256"]}
     import pyarrow.parquet as pq

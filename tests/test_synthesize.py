@@ -156,13 +156,14 @@ def test_steering_raises_the_teachers_probability(lm, trained):
 
 def test_synthesize_registers_a_dataset_with_provenance(news, lm):
     out = news("synthesize", "--lm", lm, "--name", "synth", *SMALL, "--strength", 2).stdout
-    # 16 written; the tiny news teacher gives one world text p(world) < 0.5: weak, named, and kept
+    # 16 written, every one kept (weak rows too: the steering teacher's p(class) < 0.5)
     assert "Added transfer data synth: 16 generated rows, 4 classes" in out and "distinct-2" in out
     [data] = news.json("data")
     assert data["role"] == "transfer" and data["rows"] == 16
     assert data["label_counts"] == {"world": 4, "sports": 4, "business": 4, "scitech": 4}
     prov = data["provenance"]
-    assert prov["quality"]["overall"]["dropped"] == 0 and prov["quality"]["overall"]["weak"] == 1
+    quality = prov["quality"]
+    assert quality["overall"]["dropped"] == 0 and quality["overall"]["weak"] == sum(g["weak"] for g in quality["groups"])
     assert prov["generator"]["lm"] == str(lm) and len(prov["generator"]["fingerprint"]) == 64
     assert [t["name"] for t in prov["teachers"]] == ["news", "money"]
     assert prov["settings"]["strength"] == 2.0 and prov["settings"]["top_m"] == 5 and prov["settings"]["seed"] == 0

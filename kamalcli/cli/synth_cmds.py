@@ -28,7 +28,7 @@ from kamalcli.cli.render import emit_json, json_option, note, table
               help="chunk: kamal's re-ranking of short continuations (the teacher runs once per chunk; measured "
                    "1.3x faster on a CPU, as faithful); token: the paper's rescoring of every token.")
 @click.option("--chunk-tokens", type=int, default=8, show_default=True, help="chunk steering: tokens per chunk.")
-@click.option("--chunk-candidates", type=int, default=8, show_default=True,
+@click.option("--chunk-candidates", type=int, default=4, show_default=True,
               help="chunk steering: continuations drawn per text and chunk.")
 @click.option("--contrast/--no-contrast", default=False, show_default=True,
               help="Steer by p(class) under the teachers' ensemble (softmax over every teacher's logits), so a text "

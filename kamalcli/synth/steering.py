@@ -45,7 +45,7 @@ class SteeringConfig:
     max_new_tokens: int = 32
     mode: Mode = "token"
     chunk_tokens: int = 8        # chunk steering: tokens per chunk
-    chunk_candidates: int = 8    # chunk steering: continuations drawn per row
+    chunk_candidates: int = 4    # chunk steering: continuations drawn per row
 
 
 @dataclass
