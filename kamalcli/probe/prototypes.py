@@ -16,7 +16,7 @@ pooled percentiles: `rmd+prototype`.
 The same prototypes are also a classifier over the union of labels, one the teachers' errors do not
 share: softmax(cos(x, prototype_c) / PRIOR_T) over every label. muki-hard's `prior` multiplies the
 teachers' ensemble by it (a product of experts). PRIOR_T = 0.1 is softer than the score's T because
-this expert is not the stronger of the two (56-68% alone on the README walk, the ensemble 64-68%);
+this expert is not the stronger of the two (56-71% alone on the README walk, the ensemble 64-68%);
 it was chosen on one seed of that walk and checked on two others (docs/benchmarks.md).
 """
 
