@@ -13,7 +13,7 @@ README's "No text?" step first: `kamal synthesize --per-class N` with a prompt n
 serves the selection scores; the pool stays the transfer set). Then every score's selection accuracy on the
 test rows and on the generated rows.
 
-    python benchmarks/readme_walk.py [--synthesize N [--contrast] [--chunk-candidates K]] [--seed S]
+    python benchmarks/readme_walk.py [--synthesize N [--no-contrast] [--chunk-candidates K]] [--seed S]
                                      [--ablation commit1|no-prior|uhc|paper|init-merge] [--no-students]
 
 Prints markdown tables, also written to benchmarks/results/readme-walk-*.md; the workspaces stay under
@@ -121,10 +121,10 @@ def supervised_on_pool(seed: int) -> dict:
     return source.json("eval", "--baseline", f"teacher:{SUPERVISED}", "--data", "test")
 
 
-def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = (), contrast: bool = False,
-         candidates: int = 4, students: bool = True) -> dict:
+def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = (), contrast: bool = True,
+         candidates: int = 8, students: bool = True) -> dict:
     folders = teachers(seed)
-    # the first issue-31 runs used --contrast and 8 candidates, the defaults then: their workspaces keep the plain name
+    # kamal's defaults (--contrast, 8 candidates) keep the plain name
     steering = "" if not synthesize else ("" if contrast else "-paper") + ("" if candidates == 8 else f"-x{candidates}")
     ws = with_teachers_and_data(WORK / f"walk-{seed}-synth{synthesize}{steering}{tag}", folders, seed)
     known = {d["name"] for d in ws.json("data")}
@@ -169,12 +169,12 @@ def main() -> None:
     parser.add_argument("--ablation", action="append", choices=list(ABLATIONS), default=[],
                         help="also train these (repeatable): muki-hard with commit=1 (MUKI's target), with "
                              "prior=none, uhc, muki-hard paper=true, the default with --init merge")
-    parser.add_argument("--contrast", action="store_true",
-                        help="synthesize with --contrast (steered by the teachers' ensemble; the issue-31 runs)")
-    parser.add_argument("--chunk-candidates", type=int, default=4, help="synthesize --chunk-candidates (kamal's default)")
+    parser.add_argument("--no-contrast", action="store_true",
+                        help="synthesize with --no-contrast (each text steered by its own teacher alone, as the paper)")
+    parser.add_argument("--chunk-candidates", type=int, default=8, help="synthesize --chunk-candidates")
     parser.add_argument("--no-students", action="store_true", help="stop after the probe and the baselines")
     args = parser.parse_args()
-    result = walk(args.seed, args.synthesize, args.tag, tuple(args.ablation), contrast=args.contrast,
+    result = walk(args.seed, args.synthesize, args.tag, tuple(args.ablation), contrast=not args.no_contrast,
                   candidates=args.chunk_candidates, students=not args.no_students)
     lines = [f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |",
              "|---|---|---|"]

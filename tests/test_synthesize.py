@@ -167,7 +167,7 @@ def test_synthesize_registers_a_dataset_with_provenance(news, lm):
     assert prov["generator"]["lm"] == str(lm) and len(prov["generator"]["fingerprint"]) == 64
     assert [t["name"] for t in prov["teachers"]] == ["news", "money"]
     assert prov["settings"]["strength"] == 2.0 and prov["settings"]["top_m"] == 5 and prov["settings"]["seed"] == 0
-    assert prov["settings"]["contrast"] is False
+    assert prov["settings"]["contrast"] is True
     assert prov["prompts"] == ["Write a short text about {label}."]
     quality = prov["quality"]
     assert {(g["teacher"], g["label"]) for g in quality["groups"]} == {

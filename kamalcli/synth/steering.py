@@ -14,11 +14,11 @@ once, and one is kept with probability proportional to p_T(c | text)^lambda
 (sampling-importance-resampling: the kept text follows p_LM * p_T^lambda up to
 the finite K). The teacher runs once per chunk instead of once per token.
 
-What a candidate is scored by (both modes): the steering teacher's own p(c)
-(the paper), or with `contrast` p(c | text) under the teachers' ensemble, the
-softmax over every teacher's logits concatenated (the mass of a label two
-teachers share summed): the text must then be class c for its teacher *and*
-look like nothing another teacher knows better.
+What a candidate is scored by (both modes): with `contrast` (kamal's default) p(c | text)
+under the teachers' ensemble, the softmax over every teacher's logits concatenated (the
+mass of a label two teachers share summed): the text must then be class c for its teacher
+*and* look like nothing another teacher knows better. Without it (the paper), the steering
+teacher's own p(c).
 
 lambda = 0 is plain generation (top-m, nucleus): the teacher is never asked.
 """
@@ -45,7 +45,7 @@ class SteeringConfig:
     max_new_tokens: int = 32
     mode: Mode = "token"
     chunk_tokens: int = 8        # chunk steering: tokens per chunk
-    chunk_candidates: int = 4    # chunk steering: continuations drawn per row
+    chunk_candidates: int = 8    # chunk steering: continuations drawn per row
 
 
 @dataclass

@@ -45,7 +45,7 @@ class SynthesisRequest:
     batch_size: int
     seed: int
     teacher_max_length: int = 128
-    contrast: bool = False             # steer by the teachers' ensemble p(class), not the steering teacher's alone
+    contrast: bool = True              # steer by the teachers' ensemble p(class), not the steering teacher's alone
     min_steering_p: float = 0.0        # drop rows whose steering teacher gives their class less (0: keep every row)
     device: str = "auto"
 
