@@ -280,7 +280,7 @@ def _register(workspace, store, request, params, teachers, units: Iterable[Unit]
     rows = [r for r in rows if r[0].strip()]
     if not rows:
         raise KamalFailure("the generator wrote no text at all (every sample ended at once); try another --prompt")
-    rows, quality = _drop_failed_steering(request, teachers, rows, say)
+    rows, quality = _keep_rows(request, teachers, rows, say)
     table = TextTable([r[0] for r in rows], [r[1] for r in rows], "text", "label", ["text", "label", "teacher", "prompt"],
                       "synthesized")
     content_hash = table.content_hash()
@@ -305,7 +305,7 @@ def _register(workspace, store, request, params, teachers, units: Iterable[Unit]
     return dataset, quality
 
 
-def _drop_failed_steering(request, teachers, rows: list[tuple], say) -> tuple[list[tuple], dict]:
+def _keep_rows(request, teachers, rows: list[tuple], say) -> tuple[list[tuple], dict]:
     """The rows kept (all, or those at --min-steering-p and above) and the quality figures (with the weak and
     dropped rows per class); a note or warning naming them, a failure when none is left."""
     from kamalcli.probs import softmax
