@@ -22,6 +22,8 @@ it was chosen on one seed of that walk and checked on two others (docs/benchmark
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from kamalcli.errors import KamalError
@@ -76,24 +78,34 @@ def label_owners(teachers, canonical=lambda label: label) -> tuple[list[str], np
     return names, np.array([[name in {canonical(label) for label in t.labels} for t in teachers] for name in names])
 
 
+@dataclass(frozen=True)
+class PrototypeFit:
+    """The prototypes of fit_dataset's labels and the sentence vectors of a dataset's rows, read once for both the
+    prototype score and the prior."""
+
+    names: list[str]
+    owns: np.ndarray
+    vectors: np.ndarray
+    prototypes: np.ndarray
+
+    def shares(self) -> np.ndarray:
+        """(rows, teachers): the prototype score."""
+        return teacher_shares(self.vectors, self.prototypes, self.owns)
+
+    def prior(self, labels: list[str]) -> np.ndarray:
+        """(rows, len(labels)): the prototype classifier's class probabilities, columns in `labels` order."""
+        return class_posterior(self.vectors, self.prototypes)[:, [self.names.index(label) for label in labels]]
+
+
 def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
                      say=print, canonical=lambda label: label) -> np.ndarray:
     """(rows of dataset, teachers): the prototype score, prototypes from fit_dataset's labelled rows."""
-    names, owns, vectors, prototypes = _prototypes(workspace, teachers, dataset, fit_dataset, encoder, max_length,
-                                                   device, say, canonical)
-    return teacher_shares(vectors, prototypes, owns)
+    return fit_prototypes(workspace, teachers, dataset, fit_dataset, encoder=encoder, max_length=max_length,
+                          device=device, say=say, canonical=canonical).shares()
 
 
-def prototype_prior(workspace, teachers, dataset, fit_dataset, labels: list[str], *, encoder: str, max_length: int,
-                    device: str, say=print, canonical=lambda label: label) -> np.ndarray:
-    """(rows of dataset, len(labels)): the prototype classifier's class probabilities, columns in `labels` order
-    (the union's class names)."""
-    names, _, vectors, prototypes = _prototypes(workspace, teachers, dataset, fit_dataset, encoder, max_length,
-                                                device, say, canonical)
-    return class_posterior(vectors, prototypes)[:, [names.index(label) for label in labels]]
-
-
-def _prototypes(workspace, teachers, dataset, fit_dataset, encoder, max_length, device, say, canonical):
+def fit_prototypes(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
+                   say=print, canonical=lambda label: label) -> PrototypeFit:
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.encoder import sentence_vectors
 
@@ -106,7 +118,7 @@ def _prototypes(workspace, teachers, dataset, fit_dataset, encoder, max_length, 
     fit_vectors = sentence_vectors(workspace, encoder, fit_texts, fit_dataset.content_hash, max_length, device, say)
     prototypes = class_prototypes(fit_vectors, fit_labels, names)
     vectors = sentence_vectors(workspace, encoder, texts, dataset.content_hash, max_length, device, say)
-    return names, owns, vectors, prototypes
+    return PrototypeFit(names, owns, vectors, prototypes)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -199,23 +199,24 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
                 elif note and note["generated"]:
                     say(generated_fit_line(note))
     outputs = teacher_outputs(store, teachers, probes)
+    fits = {}  # fit dataset name -> PrototypeFit: the score and the prior read the sentence vectors once
+
+    def prototypes(fit_name: str, say):
+        from kamalcli.probe.prototypes import fit_prototypes
+
+        if fit_name not in fits:
+            fits[fit_name] = fit_prototypes(workspace, teachers, dataset, store.dataset(fit_name),
+                                            encoder=options.encoder, max_length=train_config.max_length,
+                                            device=train_config.device, say=say,
+                                            canonical=store.label_aliases().canonical)
+        return fits[fit_name]
+
     if reads_confidences(method, options) and _wants_prototypes(options, request, outputs):
-        outputs = _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs,
-                                        train_config, say)
-    if request.prior and request.prior.get("data"):
-        outputs = _with_prior(workspace, store, request, options, teachers, dataset, outputs, train_config)
+        outputs = _with_prototype_score(request, options, outputs, prototypes, say)
+    if request.prior and request.prior.get("data"):  # muki-hard's prior: the prototypes' class probabilities
+        prior = prototypes(request.prior["data"], lambda _: None).prior(list(outputs.space.names))
+        outputs = replace(outputs, prior=prior)
     return outputs, probes, runner
-
-
-def _with_prior(workspace, store, request, options, teachers, dataset, outputs, train_config):
-    """outputs with the prototype classifier's class probabilities on the transfer rows (muki-hard prior)."""
-    from kamalcli.probe.prototypes import prototype_prior
-
-    prior = prototype_prior(workspace, teachers, dataset, store.dataset(request.prior["data"]),
-                            list(outputs.space.names), encoder=options.encoder, max_length=train_config.max_length,
-                            device=train_config.device, say=lambda _: None,
-                            canonical=store.label_aliases().canonical)
-    return replace(outputs, prior=prior)
 
 
 def _wants_prototypes(options, request, outputs) -> bool:
@@ -229,16 +230,14 @@ def _wants_prototypes(options, request, outputs) -> bool:
             and all(s == "labelled" for s in outputs.rmd_sources))
 
 
-def _with_prototype_score(workspace, store, request, options, teachers, dataset, outputs, train_config, say):
+def _with_prototype_score(request, options, outputs, prototypes, say):
     """outputs with the prototype score and its fusion with RMD (kamalcli/probe/prototypes.py). score=auto
     with the default encoder goes on with RMD alone, saying so, when that encoder is not installed."""
-    from kamalcli.probe.prototypes import DEFAULT_ENCODER, confidence_columns, prototype_scores
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER, confidence_columns
 
     encoder = options.encoder
     try:
-        scores = prototype_scores(workspace, teachers, dataset, store.dataset(request.rmd_fit), encoder=encoder,
-                                  max_length=train_config.max_length, device=train_config.device, say=say,
-                                  canonical=store.label_aliases().canonical)
+        scores = prototypes(request.rmd_fit, say).shares()
     except KamalError as error:
         if encoder != DEFAULT_ENCODER or options.confidence_score != "auto":
             raise

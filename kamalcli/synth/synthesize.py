@@ -315,7 +315,7 @@ def _keep_rows(request, teachers, rows: list[tuple], say) -> tuple[list[tuple], 
     logits = {t.name: _teacher_logits(t, texts, request.device, request.teacher_max_length) for t in teachers}
     probs = {name: softmax(z) for name, z in logits.items()}
     kept = steering_teacher_p(teachers, probs, steered_by, labels) >= request.min_steering_p
-    quality = measure_quality(teachers, texts, steered_by, labels, logits, kept, request.min_steering_p)
+    quality = measure_quality(teachers, texts, steered_by, labels, logits, kept, request.min_steering_p, probs)
     if not kept.any():
         raise KamalFailure(steering_failed_everywhere(len(rows), request.strength, request.min_steering_p))
     for line in steering_warnings(quality, request.strength):
@@ -337,7 +337,7 @@ def steering_teacher_p(teachers, probs: dict, steered_by: list[str], labels: lis
 
 
 def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: list[str], logits: dict, kept,
-                    min_steering_p: float = 0.0) -> dict:
+                    min_steering_p: float = 0.0, probs: dict | None = None) -> dict:
     """Label-free figures per steering teacher and class, and over all rows kept.
 
     rows / dropped: the rows kept, and those dropped under --min-steering-p (kamalcli/synth/quality.py); weak: the
@@ -354,7 +354,7 @@ def measure_quality(teachers, texts: list[str], steered_by: list[str], labels: l
     from kamalcli.synth.quality import WEAK_STEERING_P, distinct_2, near_duplicate_share
 
     steered_by, labels, kept = np.asarray(steered_by), np.asarray(labels), np.asarray(kept, dtype=bool)
-    probs = {name: softmax(z) for name, z in logits.items()}
+    probs = probs or {name: softmax(z) for name, z in logits.items()}  # the caller's, when it has them
     owner = np.concatenate([[i] * len(t.labels) for i, t in enumerate(teachers)])
     top_teacher = owner[np.concatenate([logits[t.name] for t in teachers], axis=1).argmax(axis=1)]
     groups = []
