@@ -129,6 +129,7 @@ class Bench:
     data_dir: Path = DEFAULT_DATA
     seeds: list[int] = field(default_factory=lambda: [1])
     settings: list[str] | None = None  # scenarios with several settings: run those whose title holds one of these
+    protocols: list[str] = field(default_factory=lambda: ["muki", "realistic"])  # default-student: transfer sets
     started: float = field(default_factory=time.perf_counter)
 
     def workspace(self, key: str) -> Workspace:
@@ -191,6 +192,13 @@ class Bench:
         extra: more `kamal amalgamate` arguments (e.g. --mc-exact). default_budget: kamal's step budget with
         early stopping instead of the profile's epochs.
         """
+        full = self.train_student(ws, name, method, teachers, seed, options, base, data, extra, default_budget)
+        return self.student_metrics(ws, full)
+
+    def train_student(self, ws: Workspace, name: str, method: str, teachers: list[str], seed: int,
+                      options: tuple[str, ...] = (), base: str | None = None, data: str = "transfer",
+                      extra: tuple[str, ...] = (), default_budget: bool = False) -> str:
+        """`kamal amalgamate` (unless done), nothing evaluated: returns the student's name."""
         full = f"{name}-s{seed}"
         if not ws.has_student(full):
             self.say(f"amalgamate {full}")
@@ -198,7 +206,11 @@ class Bench:
                "--data", data, "--mc-samples", str(self.profile.mc_samples),
                *[a for t in teachers for a in ("--teacher", t)], *[a for o in options for a in ("--option", o)],
                *self.profile.train_args(None if default_budget else self.profile.student_epochs, seed), *extra)
-        metrics = ws.json("eval", full, "--data", "test")
+        return full
+
+    def student_metrics(self, ws: Workspace, full: str, data: str = "test") -> dict:
+        """A trained student's metrics on `data`, with its training figures."""
+        metrics = ws.json("eval", full, "--data", data)
         train = next(s for s in ws.json("students") if s["name"] == full)["train"]
         return {**metrics, "train_seconds": train["seconds"], "examples_per_second": train["examples_per_second"],
                 "steps": train["steps"], "best_step": train["best_step"], "objective": train.get("objective")}

@@ -6,7 +6,8 @@ unlabelled pool is the dev split (rows no teacher trained on), the test rows com
 Then the README's commands in order, with nothing but the base and lengths set in kamal.toml:
 probe, report, amalgamate --method muki-hard (kamal's default) and, beside it, vanilla-kd (and with
 --ablation commit1 the same selection with MUKI's hard target, commit=1; --ablation no-prior the default without
-its prototype prior; uhc, paper, init-merge); eval of each, of the teachers' ensemble and
+its prototype prior; uhc, paper, init-merge; synth-only and synth-only-no-prior, the default and the default
+without its prior trained on the generated text alone, as with no pool); eval of each, of the teachers' ensemble and
 of their encoders merged in weight space (kamal eval --baseline merge:METHOD), and the supervised reference
 (the same base fine-tuned on the pool's gold labels, in the teachers' workspace). With --synthesize N, the
 README's "No text?" step first: `kamal synthesize --per-class N` with a prompt naming the domain (its text
@@ -14,7 +15,8 @@ serves the selection scores; the pool stays the transfer set). Then every score'
 test rows and on the generated rows.
 
     python benchmarks/readme_walk.py [--synthesize N [--no-contrast] [--chunk-candidates K]] [--seed S]
-                                     [--ablation commit1|no-prior|uhc|paper|init-merge] [--no-students]
+                                     [--ablation commit1|no-prior|uhc|paper|init-merge|synth-only|...]
+                                     [--no-students | --default-only]
 
 Prints markdown tables, also written to benchmarks/results/readme-walk-*.md; the workspaces stay under
 benchmarks/work/ (rerun: cached steps are skipped).
@@ -44,6 +46,9 @@ ABLATIONS = {
     "uhc": ("uhc", "uhc", ()),
     "paper": ("muki-paper", "muki-hard", ("--option", "paper=true")),  # MUKI as published
     "init-merge": ("default-init-merge", "muki-hard", ("--init", "merge")),  # the default from the merged encoder
+    # data-free: the generated text is the transfer set (the prior's prototypes are then fitted on the same rows)
+    "synth-only": ("synth-only", "muki-hard", ("--data", "synth")),
+    "synth-only-no-prior": ("synth-only-no-prior", "muki-hard", ("--data", "synth", "--option", "prior=none")),
 }
 
 
@@ -122,7 +127,7 @@ def supervised_on_pool(seed: int) -> dict:
 
 
 def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = (), contrast: bool = True,
-         candidates: int = 8, students: bool = True) -> dict:
+         candidates: int = 8, students: bool = True, default_only: bool = False) -> dict:
     folders = teachers(seed)
     # kamal's defaults (--contrast, 8 candidates) keep the plain name
     steering = "" if not synthesize else ("" if contrast else "-paper") + ("" if candidates == 8 else f"-x{candidates}")
@@ -138,7 +143,8 @@ def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = 
     timings["probe"] = time.perf_counter() - started
     report = ws("report")
     rows = {}
-    for name, method, arguments in (STUDENTS + tuple(ABLATIONS[a] for a in ablation)) * students:
+    trained = STUDENTS[:1] if default_only else STUDENTS
+    for name, method, arguments in (trained + tuple(ABLATIONS[a] for a in ablation)) * students:
         if not ws.has_student(name):
             started = time.perf_counter()
             ws("amalgamate", "--method", method, *arguments, "--name", name,
@@ -168,14 +174,16 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="a suffix for the walk's workspace (to compare two versions)")
     parser.add_argument("--ablation", action="append", choices=list(ABLATIONS), default=[],
                         help="also train these (repeatable): muki-hard with commit=1 (MUKI's target), with "
-                             "prior=none, uhc, muki-hard paper=true, the default with --init merge")
+                             "prior=none, uhc, muki-hard paper=true, the default with --init merge, the default (with "
+                             "and without its prior) on the generated text alone")
     parser.add_argument("--no-contrast", action="store_true",
                         help="synthesize with --no-contrast (each text steered by its own teacher alone, as the paper)")
     parser.add_argument("--chunk-candidates", type=int, default=8, help="synthesize --chunk-candidates")
     parser.add_argument("--no-students", action="store_true", help="stop after the probe and the baselines")
+    parser.add_argument("--default-only", action="store_true", help="of the students, the default (and the ablations)")
     args = parser.parse_args()
     result = walk(args.seed, args.synthesize, args.tag, tuple(args.ablation), contrast=not args.no_contrast,
-                  candidates=args.chunk_candidates, students=not args.no_students)
+                  candidates=args.chunk_candidates, students=not args.no_students, default_only=args.default_only)
     lines = [f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |",
              "|---|---|---|"]
     lines += [f"| {name} | {100 * m['accuracy']:.1f} | {100 * m['macro_f1']:.1f} |" for name, m in result["rows"].items()]

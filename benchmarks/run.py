@@ -1,6 +1,7 @@
 """Run a benchmark scenario: python benchmarks/run.py SCENARIO [--quick | --full] [--seeds 1,2,3].
 
-Scenarios: muki-table, selection, more-teachers, heterogeneous, extension, feature-table,
+Scenarios: default-student (kamal's default beside its peers, teachers added as folders; --protocol muki,
+realistic or both), muki-table, selection, more-teachers, heterogeneous, extension, feature-table,
 compression, feature-speed, rl-kd-compression, rl-kd-amalgamation, rl-kd-four, speed, probe-speed
 (the probe's part of speed alone), demo-time (the demo with the exact and the default probe; speed includes it),
 synthesis-speed, data-free, data-free-three, cross-lingual, ner-table (People's Daily NER, MUKI's Table 6;
@@ -21,13 +22,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cross_lingual import SCENARIOS as CROSS_LINGUAL  # noqa: E402
+from default_student import SCENARIOS as DEFAULT_STUDENT  # noqa: E402
 from common import DEFAULT_DATA, PROFILES, REPO, RESULTS, Bench  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 from speed import demo_time, probe_speed, speed  # noqa: E402
 from synthesis import SCENARIOS as SYNTHESIS  # noqa: E402
 from ner import SCENARIOS as NER  # noqa: E402
 
-ALL = {**SCENARIOS, **SYNTHESIS, **CROSS_LINGUAL, **NER, "speed": speed, "probe-speed": probe_speed,
+ALL = {**DEFAULT_STUDENT, **SCENARIOS, **SYNTHESIS, **CROSS_LINGUAL, **NER, "speed": speed, "probe-speed": probe_speed,
        "demo-time": demo_time}
 
 
@@ -61,6 +63,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="1", help="student seeds, e.g. 1,2,3 (mean and std)")
     parser.add_argument("--settings", help="default-student only: the settings whose title holds one of these "
                         "words, separated by ';' (e.g. 'two teachers;heterogeneous'); the others keep their last figures")
+    parser.add_argument("--protocol", choices=["muki", "realistic", "both"], default="both",
+                        help="default-student only: train on the teachers' own texts (MUKI's protocol), on rows no "
+                             "teacher saw (realistic), or both side by side")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="a folder with topics10/{train,test}.jsonl")
     args = parser.parse_args()
     if args.scenario in ("docs", "readme"):
@@ -75,7 +80,7 @@ def main() -> None:
             raise SystemExit(f"--{profile} is for ner-table only")
         # ner-table keeps its own settings per profile (benchmarks/ner.py); --smoke has no topics profile
         ALL[name](Bench(name, PROFILES.get(profile) or replace(PROFILES["quick"], name=profile), args.data_dir, seeds,
-                         settings=settings))
+                         settings=settings, protocols=["muki", "realistic"] if args.protocol == "both" else [args.protocol]))
     update_docs()
 
 

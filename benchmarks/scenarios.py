@@ -6,7 +6,7 @@ import json
 import re
 import time
 
-from common import DOMAIN_PROMPT, HALF_A, HALF_B, RESULTS, Bench, markdown, pct, summarize, write_results
+from common import HALF_A, HALF_B, RESULTS, Bench, markdown, pct, summarize, write_results
 
 MUKI_METHODS = [
     ("vanilla-kd", "vanilla-kd", ()),
@@ -481,122 +481,7 @@ def _rl_kd_against_muki(bench: Bench, ws, teachers: list[str]) -> None:
     write_results(bench, payload, table)
 
 
-# -- kamal's default student against its teachers' ensemble (teachers added with add-teacher) ----------------
-
-DEFAULT_STUDENT_ROWS = [
-    ("vanilla-kd", "vanilla-kd", ()),
-    ("uhc", "uhc", ()),
-    ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",)),
-    ("kamal's default (muki-hard, no options)", "muki-hard", ()),
-]
-GENERATED = "synth"
-GENERATED_PER_CLASS = 20
-DEFAULT_STUDENT_SETTINGS = {
-    # title: (source workspace, private workspace, {teacher: (labels, base or None[, epochs])})
-    "two teachers {5,5}": ("two-halves", "two-halves-private", {"half-a": (HALF_A, None), "half-b": (HALF_B, None)}),
-    "three teachers {2,3,5}": ("teachers-3", "teachers-3-private", {
-        "t1-mail-math": (["mail", "math"], None), "t2-games-graphics-sound": (["games", "graphics", "sound"], None),
-        "t3-admin-net-science-text-web": (["admin", "net", "science", "text", "web"], None)}),
-    "four teachers {2,2,2,4}": ("teachers-4", "teachers-4-private", {
-        "t1-mail-math": (["mail", "math"], None), "t2-games-graphics": (["games", "graphics"], None),
-        "t3-sound-text": (["sound", "text"], None), "t4-admin-net-science-web": (["admin", "net", "science", "web"], None)}),
-    "heterogeneous minilm-l6 + minilm-l3": ("heterogeneous", "heterogeneous-private", {
-        "a-l6": (HALF_A, "minilm-l6"), "b-l3": (HALF_B, "minilm-l3")}),
-    # the paper's protocol: teachers of a larger base, trained longer
-    "stronger teachers {5,5}: minilm-l6, 3 epochs": ("strong-halves", "strong-halves-private", {
-        "a-l6-3ep": (HALF_A, "minilm-l6", 3), "b-l6-3ep": (HALF_B, "minilm-l6", 3)}),
-}
-
-
-def private_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -> object:
-    """Teachers trained in one workspace, registered in another with `add-teacher`: their training data unknown."""
-    source = bench.workspace(source_key)
-    for name, (labels, base, *epochs) in teachers.items():
-        bench.teacher(source, name, labels, base=base, epochs=epochs[0] if epochs else None)
-    ws = bench.workspace(key)
-    folders = {t["name"]: t["path"] for t in source.json("teachers")}
-    for name in teachers:
-        if not ws.has_teacher(name):
-            ws("add-teacher", folders[name], "--name", name, quiet=True)
-    return ws
-
-
-def generated_text(bench: Bench, ws) -> dict:
-    """What a user without data does first: `kamal synthesize` with a prompt that names the domain (once per
-    workspace). The probe then measures selection with RMD fitted on it, as
-    `kamal amalgamate`'s score=auto fits it."""
-    found = [d for d in ws.json("data") if d["name"] == GENERATED]
-    if not found:
-        bench.say(f"kamal synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} (prompt naming the domain)")
-        ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1,
-           "--prompt", DOMAIN_PROMPT, quiet=True)
-        found = [d for d in ws.json("data") if d["name"] == GENERATED]
-    bench.probe(ws, "--rmd-fit", GENERATED)
-    return found[0]
-
-
-def default_student(bench: Bench) -> None:
-    """Kamal's default student (no method options, default step budget with early stopping) against the
-    ensemble, vanilla-kd, uhc and MUKI as published, all with that budget, teachers added with add-teacher,
-    after `kamal synthesize` wrote text naming the domain; plus every candidate score's selection on the test
-    split and what score=auto chose. `--settings` runs some settings; the others keep their last figures."""
-    payload = {}
-    supervised = [bench.supervised(seed, default_budget=True) for seed in bench.seeds]
-    sup_acc = summarize([r["accuracy"] for r in supervised])
-    sup_f1 = summarize([r["macro_f1"] for r in supervised])
-    payload["supervised"] = {"accuracy": sup_acc, "macro_f1": sup_f1, "steps": [r["steps"] for r in supervised]}
-    for title, (source_key, key, teachers) in DEFAULT_STUDENT_SETTINGS.items():
-        if not bench.runs(title):
-            continue
-        ws = private_workspace(bench, source_key, key, teachers)
-        generated = generated_text(bench, ws)
-        names = list(teachers)
-        fixed, fixed_payload = _fixed_rows(bench, ws, names, with_teachers=False)
-        students, student_payload = _student_rows(bench, ws, names, DEFAULT_STUDENT_ROWS, default_budget=True,
-                                                  tag="budget ")
-        rows = [["supervised (upper bound, same budget)", pct(sup_acc), pct(sup_f1)], *fixed, *students]
-        selection = _selection(ws, options_key=bench.probe_key())
-        verdict = _targets(fixed_payload, student_payload, selection)
-        seeds = ",".join(map(str, bench.seeds))
-        kept = "; ".join(f"{label}: {'/'.join(map(str, p['best_step']))} of {'/'.join(map(str, p['steps']))}"
-                         for label, p in student_payload.items())
-        section = (f"**{title}** (seeds {seeds}; {generated['rows']} generated texts)\n\n"
-                   + markdown(["method", "accuracy %", "macro-F1 %"], rows)
-                   + f"\n\nEarly stopping kept step (of steps trained): {kept}.\n\n"
-                   + _selection_table(selection) + "\n\n" + verdict["text"])
-        payload[title] = {"rows": {**fixed_payload, **student_payload}, "selection": selection, "targets": verdict,
-                          "seeds": bench.seeds, "generated_rows": generated["rows"], "section": section}
-    # read now, not at the start: another run of this scenario (other settings) may have finished meanwhile
-    results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
-    earlier = json.loads(results.read_text()) if results.is_file() else {}
-    payload.update({title: earlier[title] for title in DEFAULT_STUDENT_SETTINGS
-                    if "section" in earlier.get(title, {}) and title not in payload})
-    sections = [payload[t]["section"] for t in DEFAULT_STUDENT_SETTINGS if t in payload]
-    intro = (f"Generated text: `kamal synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} --seed 1 "
-             f"--prompt \"{DOMAIN_PROMPT}\"` in each workspace before any student. Runs with `--settings` merge "
-             "into this file: the comment above describes the last run, each setting names its own seeds.")
-    write_results(bench, payload, "\n\n".join([intro, *sections]))
-
-
-def _targets(fixed: dict, students: dict, selection: list[dict]) -> dict:
-    """The targets: default >= ensemble, >= 3 points above the best of vanilla-kd and uhc, label-free
-    selection >= 85%."""
-    default = students[DEFAULT_STUDENT_ROWS[-1][0]]["accuracy"]["mean"]
-    ensemble = fixed["ensemble"]["accuracy"]["mean"]
-    best_kd = max(students["vanilla-kd"]["accuracy"]["mean"], students["uhc"]["accuracy"]["mean"])
-    auto = next((s for s in selection if s["score"].startswith("auto")), None)
-    chosen = auto["accuracy"] if auto else None
-    figures = {"default_minus_ensemble": default - ensemble, "default_minus_best_kd": default - best_kd,
-               "auto_selection": chosen, "auto_score": auto["score"] if auto else None}
-    text = (f"Targets: default - ensemble {100 * (default - ensemble):+.1f} points (target >= 0); "
-            f"default - best of vanilla-kd/uhc {100 * (default - best_kd):+.1f} (target >= +3); "
-            + (f"{auto['score']} selects the right teacher {100 * chosen:.1f}% (target >= 85)." if auto else
-               "no score=auto selection row."))
-    return {**figures, "text": text}
-
-
 SCENARIOS = {
-    "default-student": default_student,
     "muki-table": muki_table,
     "selection": selection,
     "more-teachers": more_teachers,

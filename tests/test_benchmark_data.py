@@ -29,3 +29,19 @@ def test_nothing_points_outside_the_repository_for_data():
     assert ROOT / "docs" / "benchmarks.md" in docs  # the benchmark narrative and its tables live there
     for path in [*(ROOT / "benchmarks").glob("*.py"), ROOT / "README.md", ROOT / "CONTRIBUTING.md", *docs]:
         assert "shared/data" not in path.read_text(), path
+
+
+def test_the_realistic_transfer_rows_are_none_of_the_teachers_rows():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from common import PROFILES, Bench
+        from default_student import pool_rows, teacher_rows
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for profile in ("quick", "full"):
+        bench = Bench("default-student", PROFILES[profile])
+        taught = {r["text"] for r in teacher_rows(bench)}
+        pool = pool_rows(bench)
+        assert pool and not taught & {r["text"] for r in pool}
+    quick = Bench("default-student", PROFILES["quick"])
+    assert len(teacher_rows(quick)) == len(pool_rows(quick)) == 2000  # the same size under both protocols
