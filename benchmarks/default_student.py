@@ -145,8 +145,12 @@ def _fixed(ws: Workspace, teachers: list[str]) -> dict[str, dict | None]:
 
 
 def run_setting(bench: Bench, title: str, source_key: str, key: str, teachers: dict, protocols: list[str]) -> dict:
-    references = {p: [supervised(bench, p, seed) for seed in bench.seeds] for p in protocols}
     ws = student_workspace(bench, source_key, key, teachers)
+    missing = [_name(p, label) + f"-s{seed}" for p in protocols for label, *_ in ROWS for seed in bench.seeds]
+    if any(d["name"] == "test" for d in ws.json("data")) and not all(map(ws.has_student, missing)):
+        raise SystemExit(f"{ws.root} already holds labelled data, which new students would be tuned on "
+                         "(score=auto reads it): train them in a fresh workspace (move that one away)")
+    references = {p: [supervised(bench, p, seed) for seed in bench.seeds] for p in protocols}
     if not any(d["name"] == GENERATED for d in ws.json("data")):
         bench.say(f"kamal synthesize --per-class {GENERATED_PER_CLASS} (prompt naming the domain)")
         ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1,
