@@ -87,6 +87,15 @@ def load_split(data_dir: Path, split: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def write_rows(path: Path, rows: list[dict], labelled: bool = True) -> Path:
+    """rows as jsonl for `kamal add-data`: their text, and their label when labelled."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": r["text"], **({"label": r["label"]} if labelled else {})}) + "\n"
+                     for r in rows)
+    return path
+
+
 def sample(rows: list[dict], n: int | None, salt: str) -> list[dict]:
     """A deterministic sample (by hash of the text), stratified by nothing: the split's own mix."""
     if n is None or n >= len(rows):
@@ -155,12 +164,9 @@ class Bench:
 
     def _add_data(self, ws: Workspace) -> None:
         data = ws.root / "data"
-        data.mkdir(exist_ok=True)
-        train = sample(load_split(self.data_dir, "train"), self.profile.transfer_rows, "transfer")
-        test = sample(load_split(self.data_dir, "test"), self.profile.test_rows, "test")
-        for name, rows in (("train", train), ("test", test)):
-            with open(data / f"{name}.jsonl", "w", encoding="utf-8") as f:
-                f.writelines(json.dumps({"text": r["text"], "label": r["label"]}) + "\n" for r in rows)
+        write_rows(data / "train.jsonl", sample(load_split(self.data_dir, "train"), self.profile.transfer_rows,
+                                                "transfer"))
+        write_rows(data / "test.jsonl", sample(load_split(self.data_dir, "test"), self.profile.test_rows, "test"))
         ws("add-data", data / "train.jsonl", "--name", "labelled", "--role", "eval", quiet=True)
         ws("add-data", data / "train.jsonl", "--name", "transfer", quiet=True)  # labels are not read
         ws("add-data", data / "test.jsonl", "--name", "test", "--role", "eval", quiet=True)

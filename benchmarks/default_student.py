@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
+from pathlib import Path
 
 from common import DOMAIN_PROMPT, HALF_A, HALF_B, RESULTS, WORK, Bench, Workspace, load_split, markdown, pct, \
-    sample, summarize, write_results
+    sample, summarize, write_results, write_rows
 
 # (label, method, options, other amalgamate arguments)
 ROWS = [
@@ -38,12 +40,14 @@ ROWS = [
 ]
 DEFAULT = ROWS[3][0]
 MERGES = ("task-arithmetic", "ties", "average")
-PROTOCOLS = {  # name: (transfer dataset, its labelled copy added afterwards, what the table calls it)
+GENERATED = "synth"
+GENERATED_PER_CLASS = 20
+PROTOCOLS = {  # name: (transfer dataset, its labelled copy added afterwards, what the tables call it)
     "muki": ("transfer", "teacher-rows", "MUKI's protocol (the teachers' own texts)"),
     "realistic": ("pool", "pool-gold", "realistic (rows no teacher saw)"),
 }
-GENERATED = "synth"
-GENERATED_PER_CLASS = 20
+SELECTION_DATA = [("test", "test rows"), ("teacher-rows", "the teachers' own rows (MUKI's transfer)"),
+                  ("pool-gold", "rows no teacher saw (realistic transfer)"), (GENERATED, "generated")]
 SETTINGS = {
     # title: (source workspace, student workspace, {teacher: (labels, base or None[, epochs])})
     "two teachers {5,5}": ("two-halves", "protocols-two-halves", {"half-a": (HALF_A, None), "half-b": (HALF_B, None)}),
@@ -60,26 +64,35 @@ SETTINGS = {
 
 def teacher_rows(bench: Bench) -> list[dict]:
     """The rows every teacher of the source workspaces trained on (common.Bench._add_data's sample)."""
-    return sample(load_split(bench.data_dir, "train"), bench.profile.transfer_rows, "transfer")
+    return _teacher_rows(bench.data_dir, bench.profile.transfer_rows)
 
 
 def pool_rows(bench: Bench) -> list[dict]:
     """As many rows as the teachers' (all the rest under --full), none of them a teacher's: the train split's
     other rows, then the dev split."""
-    seen = {r["text"] for r in teacher_rows(bench)}
-    rest = [r for split in ("train", "dev") for r in load_split(bench.data_dir, split) if r["text"] not in seen]
-    return sample(rest, bench.profile.transfer_rows, "pool")
+    return _pool_rows(bench.data_dir, bench.profile.transfer_rows)
+
+
+@lru_cache
+def _teacher_rows(data_dir: Path, n: int | None) -> list[dict]:
+    return sample(load_split(data_dir, "train"), n, "transfer")
+
+
+@lru_cache
+def _pool_rows(data_dir: Path, n: int | None) -> list[dict]:
+    seen = {r["text"] for r in _teacher_rows(data_dir, n)}
+    rest = [r for split in ("train", "dev") for r in load_split(data_dir, split) if r["text"] not in seen]
+    return sample(rest, n, "pool")
+
+
+def _protocol_rows(bench: Bench, protocol: str) -> list[dict]:
+    return teacher_rows(bench) if protocol == "muki" else pool_rows(bench)
 
 
 def _write(ws: Workspace, name: str, rows: list[dict], labelled: bool, role: str) -> None:
-    if any(d["name"] == name for d in ws.json("data")):
-        return
-    path = ws.root / "data" / f"{name}.jsonl"
-    path.parent.mkdir(exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({"text": r["text"], **({"label": r["label"]} if labelled else {})}) + "\n"
-                     for r in rows)
-    ws("add-data", path, "--name", name, "--role", role, quiet=True)
+    if not any(d["name"] == name for d in ws.json("data")):
+        ws("add-data", write_rows(ws.root / "data" / f"{name}.jsonl", rows, labelled), "--name", name,
+           "--role", role, quiet=True)
 
 
 def student_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -> Workspace:
@@ -98,8 +111,8 @@ def student_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -
     for name in teachers:
         if not ws.has_teacher(name):
             ws("add-teacher", folders[name], "--name", name, quiet=True)
-    _write(ws, "transfer", teacher_rows(bench), labelled=False, role="transfer")
-    _write(ws, "pool", pool_rows(bench), labelled=False, role="transfer")
+    for protocol, (transfer, *_) in PROTOCOLS.items():
+        _write(ws, transfer, _protocol_rows(bench, protocol), labelled=False, role="transfer")
     return ws
 
 
@@ -107,8 +120,8 @@ def labelled_afterwards(bench: Bench, ws: Workspace) -> None:
     """The labelled sets, added once every student is trained, then probed (RMD fitted as before: on the
     generated text)."""
     _write(ws, "test", sample(load_split(bench.data_dir, "test"), bench.profile.test_rows, "test"), True, "eval")
-    _write(ws, "teacher-rows", teacher_rows(bench), True, "eval")
-    _write(ws, "pool-gold", pool_rows(bench), True, "eval")
+    for protocol, (_, gold, _) in PROTOCOLS.items():
+        _write(ws, gold, _protocol_rows(bench, protocol), True, "eval")
     ws("probe", quiet=True)
 
 
@@ -118,11 +131,12 @@ def supervised(bench: Bench, protocol: str, seed: int) -> dict:
     if protocol == "muki":
         return bench.supervised(seed, default_budget=True)
     ws = bench.workspace("supervised")
-    _write(ws, "pool-gold", pool_rows(bench), True, "eval")
+    rows = pool_rows(bench)
+    _write(ws, "pool-gold", rows, True, "eval")
     name = f"supervised-pool-s{seed}-budget"
     if not ws.has_teacher(name):
         bench.say(f"supervised on the pool's gold labels, seed {seed}")
-        labels = sorted({r["label"] for r in pool_rows(bench)})
+        labels = sorted({r["label"] for r in rows})
         ws("train-teacher", "pool-gold", "--labels", ",".join(labels), "--name", name, "--base", bench.profile.base,
            *bench.profile.train_args(None, seed), quiet=True)
     return ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
@@ -146,8 +160,8 @@ def _fixed(ws: Workspace, teachers: list[str]) -> dict[str, dict | None]:
 
 def run_setting(bench: Bench, title: str, source_key: str, key: str, teachers: dict, protocols: list[str]) -> dict:
     ws = student_workspace(bench, source_key, key, teachers)
-    missing = [_name(p, label) + f"-s{seed}" for p in protocols for label, *_ in ROWS for seed in bench.seeds]
-    if any(d["name"] == "test" for d in ws.json("data")) and not all(map(ws.has_student, missing)):
+    wanted = {_name(p, label) + f"-s{seed}" for p in protocols for label, *_ in ROWS for seed in bench.seeds}
+    if any(d["name"] == "test" for d in ws.json("data")) and wanted - {s["name"] for s in ws.json("students")}:
         raise SystemExit(f"{ws.root} already holds labelled data, which new students would be tuned on "
                          "(score=auto reads it): train them in a fresh workspace (move that one away)")
     references = {p: [supervised(bench, p, seed) for seed in bench.seeds] for p in protocols}
@@ -176,7 +190,7 @@ def run_setting(bench: Bench, title: str, source_key: str, key: str, teachers: d
         figures["supervised"][protocol] = {"accuracy": summarize([r["accuracy"] for r in results]),
                                            "macro_f1": summarize([r["macro_f1"] for r in results])}
     figures["selection"] = [s for s in ws.json("report")["selection"]
-                            if s["data"] in ("test", "teacher-rows", "pool-gold", GENERATED)]
+                            if s["data"] in dict(SELECTION_DATA)]
     figures["section"] = section(title, bench.seeds, protocols, figures)
     return figures
 
@@ -187,6 +201,12 @@ def _cells(summary: dict | None) -> list[str]:
 
 def _summary(metrics: dict | None) -> dict | None:
     return None if metrics is None else {k: summarize([metrics[k]]) for k in ("accuracy", "macro_f1")}
+
+
+def _selection_cell(s: dict | None) -> str:
+    if s is None or s["accuracy"] is None:
+        return "-"
+    return f"{100 * s['accuracy']:.1f}" + (f" ({s['auroc']:.3f})" if s["auroc"] is not None else "")
 
 
 def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -> str:
@@ -203,13 +223,9 @@ def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -
         if s["score"].startswith("auto"):  # the report's pick now that labelled data is there, not the students'
             continue
         by_data.setdefault(s["score"], {})[s["data"]] = s
-    datasets = [("test", "test rows"), ("teacher-rows", "the teachers' own rows (MUKI's transfer)"),
-                ("pool-gold", "rows no teacher saw (realistic transfer)"), (GENERATED, "generated")]
-    selection = markdown(["selects the right teacher % (AUROC)", *(t for _, t in datasets)], [
-        [score, *("-" if d not in cells or cells[d]["accuracy"] is None else
-                  f"{100 * cells[d]['accuracy']:.1f} ({cells[d]['auroc']:.3f})" if cells[d]["auroc"] is not None
-                  else f"{100 * cells[d]['accuracy']:.1f}" for d, _ in datasets)]
-        for score, cells in by_data.items()])
+    selection = markdown(["selects the right teacher % (AUROC)", *(t for _, t in SELECTION_DATA)],
+                         [[score, *(_selection_cell(cells.get(d)) for d, _ in SELECTION_DATA)]
+                          for score, cells in by_data.items()])
     default = figures["students"][protocols[-1]][DEFAULT]["objective"][0] or {}  # what it trained with
     decided = [default["auto"]["line"]] if isinstance(default.get("auto"), dict) else []
     decided += [f"commit {default['commit']}" if "commit" in default else "",

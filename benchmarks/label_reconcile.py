@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import DEFAULT_DATA, WORK, Workspace, load_split, sample  # noqa: E402
-from readme_walk import fresh, with_teachers_and_data, write  # noqa: E402
+from common import DEFAULT_DATA, WORK, Workspace, load_split, sample, write_rows  # noqa: E402
+from readme_walk import fresh, with_teachers_and_data  # noqa: E402
 
 # teacher -> {its label: the topics10 classes it covers}
 SETTINGS = {
@@ -106,7 +106,7 @@ def train_elsewhere(root: Path, teachers: dict, salts: dict[str, str], seed: int
             owner = {c: label for label, classes in labels.items() for c in classes}
             rows = [{"text": r["text"], "label": owner[r["label"]]}
                     for r in sample(train, 2000, salts[name]) if r["label"] in owner]
-            source("add-data", write(source.root / "data" / f"{data}.jsonl", rows, True), "--name", data,
+            source("add-data", write_rows(source.root / "data" / f"{data}.jsonl", rows, True), "--name", data,
                    "--role", "eval", quiet=True)
         if not source.has_teacher(name):
             source("train-teacher", data, "--labels", ",".join(labels), "--name", name, "--epochs", 2,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import DEFAULT_DATA, HALF_A, HALF_B, RESULTS, WORK, Workspace, load_split, sample  # noqa: E402
+from common import DEFAULT_DATA, HALF_A, HALF_B, RESULTS, WORK, Workspace, load_split, sample, write_rows  # noqa: E402
 
 BASE, LENGTH = "minilm-l3", 64
 # (name, method, amalgamate's other arguments)
@@ -64,21 +64,13 @@ def fresh(root: Path) -> Workspace:
     return Workspace(root)
 
 
-def write(path: Path, rows: list[dict], labelled: bool) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({"text": r["text"], **({"label": r["label"]} if labelled else {})}) + "\n"
-                     for r in rows)
-    return path
-
-
 def teachers(seed: int, halves=(("a", HALF_A), ("b", HALF_B)), root: Path | None = None) -> dict[str, str]:
     """Two teachers trained elsewhere (in `root`, on 2,000 rows of the train split, each on its classes in
     `halves`): name -> folder."""
     source = fresh(root or WORK / f"walk-source-{seed}")
     if not any(d["name"] == "private" for d in source.json("data")):
         rows = sample(load_split(DEFAULT_DATA, "train"), 2000, f"private-{seed}")
-        source("add-data", write(source.root / "data" / "private.jsonl", rows, True), "--name", "private",
+        source("add-data", write_rows(source.root / "data" / "private.jsonl", rows, True), "--name", "private",
                "--role", "eval", quiet=True)
     for name, labels in halves:
         if not source.has_teacher(name):
@@ -96,11 +88,11 @@ def with_teachers_and_data(root: Path, folders: dict[str, str], seed: int) -> Wo
             ws("add-teacher", folder, "--name", name, quiet=True)
     known = {d["name"] for d in ws.json("data")}
     if "pool" not in known:
-        ws("add-data", write(ws.root / "data" / "pool.jsonl", load_split(DEFAULT_DATA, "dev"), False),
+        ws("add-data", write_rows(ws.root / "data" / "pool.jsonl", load_split(DEFAULT_DATA, "dev"), False),
            "--name", "pool", quiet=True)
     if "test" not in known:
         test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
-        ws("add-data", write(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
+        ws("add-data", write_rows(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
            quiet=True)
     return ws
 
@@ -113,11 +105,11 @@ def supervised_on_pool(seed: int) -> dict:
     source = fresh(WORK / f"walk-source-{seed}")
     known = {d["name"] for d in source.json("data")}
     if "pool-gold" not in known:
-        source("add-data", write(source.root / "data" / "pool-gold.jsonl", load_split(DEFAULT_DATA, "dev"), True),
+        source("add-data", write_rows(source.root / "data" / "pool-gold.jsonl", load_split(DEFAULT_DATA, "dev"), True),
                "--name", "pool-gold", "--role", "eval", quiet=True)
     if "test" not in known:
         test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
-        source("add-data", write(source.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
+        source("add-data", write_rows(source.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
                quiet=True)
     if not source.has_teacher(SUPERVISED):
         labels = sorted({r["label"] for r in load_split(DEFAULT_DATA, "dev")})
