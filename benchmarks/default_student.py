@@ -8,8 +8,8 @@ on each:
   the dev split): what a user has.
 Before any student, `kamal synthesize` writes text naming the domain and `kamal probe` runs bare, as the
 README walks it. Labelled data (the test rows, the teachers' rows and the pool with their gold labels) is
-added only after every student is trained: score=auto and commit=auto judge by labelled figures in the
-workspace, so a test set present while they decide would tune them on it.
+added only after every student is trained, as test sets (`kamal add-data --role test`): score=auto and
+commit=auto judge by the figures of eval sets, so such a set present while they decide would tune them on it.
 
 Rows: the supervised reference on each transfer set's gold labels (same budget), each teacher, the
 ensemble, the teachers' encoders merged in weight space (each merge method), vanilla-kd, uhc, muki-hard as
@@ -17,16 +17,24 @@ published, kamal's default and the default from the merged encoder (`--init merg
 selection accuracy on the test rows, on each transfer set (gold labels added afterwards) and on the
 generated rows.
 
-    python benchmarks/run.py default-student [--settings 'two teachers'] [--seeds 1,2]
+Settings: debian-topics split between two, three or four teachers, teachers of two bases, and the cross-lingual
+pair (English topics and Chinese sentiment, multilingual-e5-small's first six layers; its test rows per language
+too). Another seed (`--seeds 1,2`) trains only the missing students: the labelled sets leave the workspace first
+(`kamal remove-data`) and come back afterwards.
+
+    python benchmarks/run.py default-student [--settings 'two teachers;cross-lingual'] [--seeds 1,2]
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
+import cross_lingual
 from common import DOMAIN_PROMPT, HALF_A, HALF_B, RESULTS, WORK, Bench, Workspace, load_split, markdown, pct, \
     sample, summarize, write_results, write_rows
 
@@ -48,18 +56,31 @@ PROTOCOLS = {  # name: (transfer dataset, its labelled copy added afterwards, wh
 }
 SELECTION_DATA = [("test", "test rows"), ("teacher-rows", "the teachers' own rows (MUKI's transfer)"),
                   ("pool-gold", "rows no teacher saw (realistic transfer)"), (GENERATED, "generated")]
-SETTINGS = {
-    # title: (source workspace, student workspace, {teacher: (labels, base or None[, epochs])})
-    "two teachers {5,5}": ("two-halves", "protocols-two-halves", {"half-a": (HALF_A, None), "half-b": (HALF_B, None)}),
-    "three teachers {2,3,5}": ("teachers-3", "protocols-teachers-3", {
-        "t1-mail-math": (["mail", "math"], None), "t2-games-graphics-sound": (["games", "graphics", "sound"], None),
-        "t3-admin-net-science-text-web": (["admin", "net", "science", "text", "web"], None)}),
-    "four teachers {2,2,2,4}": ("teachers-4", "protocols-teachers-4", {
-        "t1-mail-math": (["mail", "math"], None), "t2-games-graphics": (["games", "graphics"], None),
-        "t3-sound-text": (["sound", "text"], None), "t4-admin-net-science-web": (["admin", "net", "science", "web"], None)}),
-    "heterogeneous minilm-l6 + minilm-l3": ("heterogeneous", "protocols-heterogeneous", {
-        "a-l6": (HALF_A, "minilm-l6"), "b-l3": (HALF_B, "minilm-l3")}),
-}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a setting's teachers come from and what its students learn from and are tested on."""
+    key: str                                                 # the students' workspace
+    teachers: tuple[str, ...]
+    source: Callable[[Bench], Workspace]                     # trains the teachers (unless done), returns their workspace
+    rows: Callable[[Bench, str], list[dict]]                 # a protocol's transfer rows, with their gold labels
+    tests: Callable[[Bench], dict[str, list[dict]]]          # labelled test sets, the headline first
+    supervised: Callable[[Bench, str, int], dict[str, dict]]  # (protocol, seed): the reference's metrics per test set
+    base: str | None = None                                  # the students' base (None: the profile's)
+    student: tuple[str, ...] = ()                            # more amalgamate arguments for every student
+    prompt: str | None = DOMAIN_PROMPT                       # synthesize --prompt (None: kamal's own)
+
+
+def topics(source_key: str, key: str, teachers: dict) -> Setting:
+    """A debian-topics setting: {teacher: (labels, base or None[, epochs])} trained in source_key's workspace."""
+    def source(bench: Bench) -> Workspace:
+        ws = bench.workspace(source_key)
+        for name, (labels, base, *epochs) in teachers.items():
+            bench.teacher(ws, name, labels, base=base, epochs=epochs[0] if epochs else None)
+        return ws
+
+    return Setting(key, tuple(teachers), source, _protocol_rows, _topics_tests, _topics_supervised)
 
 
 def teacher_rows(bench: Bench) -> list[dict]:
@@ -89,18 +110,43 @@ def _protocol_rows(bench: Bench, protocol: str) -> list[dict]:
     return teacher_rows(bench) if protocol == "muki" else pool_rows(bench)
 
 
+def _topics_supervised(bench: Bench, protocol: str, seed: int) -> dict[str, dict]:
+    return {"test": supervised(bench, protocol, seed)}
+
+
+def _topics_tests(bench: Bench) -> dict[str, list[dict]]:
+    return {"test": sample(load_split(bench.data_dir, "test"), bench.profile.test_rows, "test")}
+
+
+SETTINGS = {
+    "two teachers {5,5}": topics("two-halves", "protocols-two-halves", {"half-a": (HALF_A, None),
+                                                                          "half-b": (HALF_B, None)}),
+    "three teachers {2,3,5}": topics("teachers-3", "protocols-teachers-3", {
+        "t1-mail-math": (["mail", "math"], None), "t2-games-graphics-sound": (["games", "graphics", "sound"], None),
+        "t3-admin-net-science-text-web": (["admin", "net", "science", "text", "web"], None)}),
+    "four teachers {2,2,2,4}": topics("teachers-4", "protocols-teachers-4", {
+        "t1-mail-math": (["mail", "math"], None), "t2-games-graphics": (["games", "graphics"], None),
+        "t3-sound-text": (["sound", "text"], None), "t4-admin-net-science-web": (["admin", "net", "science", "web"], None)}),
+    "heterogeneous minilm-l6 + minilm-l3": topics("heterogeneous", "protocols-heterogeneous", {
+        "a-l6": (HALF_A, "minilm-l6"), "b-l3": (HALF_B, "minilm-l3")}),
+    # MUKI's Table 5: English debian topics and Chinese product-review sentiment, multilingual-e5-small's first layers
+    "cross-lingual en-topics + zh-sentiment": Setting(
+        "protocols-cross-lingual", cross_lingual.TEACHERS, cross_lingual.teachers_workspace,
+        cross_lingual.protocol_rows, cross_lingual.test_sets, cross_lingual.supervised, base=cross_lingual.BASE,
+        student=cross_lingual.STUDENT, prompt=None),
+}
+
+
 def _write(ws: Workspace, name: str, rows: list[dict], labelled: bool, role: str) -> None:
     if not any(d["name"] == name for d in ws.json("data")):
         ws("add-data", write_rows(ws.root / "data" / f"{name}.jsonl", rows, labelled), "--name", name,
            "--role", role, quiet=True)
 
 
-def student_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -> Workspace:
-    """Teachers trained in `source_key`, added here as folders; both transfer sets, unlabelled; no labelled data."""
-    source = bench.workspace(source_key)
-    for name, (labels, base, *epochs) in teachers.items():
-        bench.teacher(source, name, labels, base=base, epochs=epochs[0] if epochs else None)
-    root = WORK / f"{bench.profile.name}-{key}"
+def student_workspace(bench: Bench, setting: Setting) -> Workspace:
+    """The setting's teachers added as folders to a workspace of its own; both transfer sets, unlabelled."""
+    source = setting.source(bench)
+    root = WORK / f"{bench.profile.name}-{setting.key}"
     if not (root / ".kamal").is_dir():
         from kamalcli.cli import cli
 
@@ -108,21 +154,36 @@ def student_workspace(bench: Bench, source_key: str, key: str, teachers: dict) -
         bench._configure(root)
     ws = Workspace(root)
     folders = {t["name"]: t["path"] for t in source.json("teachers")}
-    for name in teachers:
+    for name in setting.teachers:
         if not ws.has_teacher(name):
             ws("add-teacher", folders[name], "--name", name, quiet=True)
     for protocol, (transfer, *_) in PROTOCOLS.items():
-        _write(ws, transfer, _protocol_rows(bench, protocol), labelled=False, role="transfer")
+        _write(ws, transfer, setting.rows(bench, protocol), labelled=False, role="transfer")
     return ws
 
 
-def labelled_afterwards(bench: Bench, ws: Workspace) -> None:
-    """The labelled sets, added once every student is trained, then probed (RMD fitted as before: on the
-    generated text)."""
-    _write(ws, "test", sample(load_split(bench.data_dir, "test"), bench.profile.test_rows, "test"), True, "eval")
-    for protocol, (_, gold, _) in PROTOCOLS.items():
-        _write(ws, gold, _protocol_rows(bench, protocol), True, "eval")
+def _labelled(bench: Bench, setting: Setting) -> dict[str, list[dict]]:
+    """The labelled sets, by name: the test sets, then each transfer set with its gold labels."""
+    return {**setting.tests(bench), **{gold: setting.rows(bench, p) for p, (_, gold, _) in PROTOCOLS.items()}}
+
+
+def labelled_afterwards(bench: Bench, setting: Setting, ws: Workspace) -> None:
+    """The labelled sets, added once every student is trained, as test sets (never decided by, should another run
+    train students in this workspace meanwhile), then probed (RMD fitted as before: on the generated text)."""
+    for name, rows in _labelled(bench, setting).items():
+        _write(ws, name, rows, True, "test")
     ws("probe", quiet=True)
+
+
+def withdraw_labelled(bench: Bench, setting: Setting, ws: Workspace) -> None:
+    """Before new students train (another seed): labelled sets added as eval sets (before `--role test`), which
+    score=auto and commit=auto would judge by, leave the workspace with their probes; labelled_afterwards adds
+    them again as test sets."""
+    present = {d["name"] for d in ws.json("data") if d["role"] == "eval"}
+    for name in _labelled(bench, setting):
+        if name in present:
+            bench.say(f"kamal remove-data {name} (labelled: no student may be tuned on it)")
+            ws("remove-data", name, quiet=True)
 
 
 def supervised(bench: Bench, protocol: str, seed: int) -> dict:
@@ -146,49 +207,61 @@ def _name(protocol: str, label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{protocol} {label}".replace("'s", "")).strip("-")
 
 
-def _fixed(ws: Workspace, teachers: list[str]) -> dict[str, dict | None]:
-    """Rows that train nothing, the same under both protocols (a merge refused: None)."""
-    rows = {f"teacher {t}": ws.json("eval", "--baseline", f"teacher:{t}", "--data", "test") for t in teachers}
-    rows["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
-    for merge in MERGES:
+def _fixed(ws: Workspace, teachers: tuple[str, ...], tests: list[str]) -> dict[str, dict[str, dict | None]]:
+    """Rows that train nothing, the same under both protocols, per test set (a merge refused: None)."""
+    def measured(which: str) -> dict[str, dict | None]:
         try:
-            rows[f"merge: {merge}"] = ws.json("eval", "--baseline", f"merge:{merge}", "--data", "test")
+            return {t: ws.json("eval", "--baseline", which, "--data", t) for t in tests}
         except SystemExit:  # teachers of different bases: kamal refuses the merge in one line
-            rows[f"merge: {merge}"] = None
-    return rows
+            return {t: None for t in tests}
+
+    named = [(f"teacher {t}", f"teacher:{t}") for t in teachers] + [("ensemble", "ensemble")]
+    return {label: measured(which) for label, which in named + [(f"merge: {m}", f"merge:{m}") for m in MERGES]}
 
 
-def run_setting(bench: Bench, title: str, source_key: str, key: str, teachers: dict, protocols: list[str]) -> dict:
-    ws = student_workspace(bench, source_key, key, teachers)
+def _per_test(values: list[dict | None], tests: list[str]) -> dict[str, dict] | None:
+    """Accuracy per test set beyond the headline, summarized over seeds."""
+    if len(tests) < 2 or any(v is None or None in v.values() for v in values):
+        return None
+    return {t: summarize([v[t]["accuracy"] for v in values]) for t in tests[1:]}
+
+
+def run_setting(bench: Bench, title: str, setting: Setting, protocols: list[str]) -> dict:
+    ws = student_workspace(bench, setting)
     wanted = {_name(p, label) + f"-s{seed}" for p in protocols for label, *_ in ROWS for seed in bench.seeds}
-    if any(d["name"] == "test" for d in ws.json("data")) and wanted - {s["name"] for s in ws.json("students")}:
-        raise SystemExit(f"{ws.root} already holds labelled data, which new students would be tuned on "
-                         "(score=auto reads it): train them in a fresh workspace (move that one away)")
-    references = {p: [supervised(bench, p, seed) for seed in bench.seeds] for p in protocols}
+    if wanted - {s["name"] for s in ws.json("students")}:
+        withdraw_labelled(bench, setting, ws)
+    tests = list(setting.tests(bench))
+    references = {p: [setting.supervised(bench, p, seed) for seed in bench.seeds] for p in protocols}
     if not any(d["name"] == GENERATED for d in ws.json("data")):
-        bench.say(f"kamal synthesize --per-class {GENERATED_PER_CLASS} (prompt naming the domain)")
-        ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1,
-           "--prompt", DOMAIN_PROMPT, quiet=True)
+        bench.say(f"kamal synthesize --per-class {GENERATED_PER_CLASS}")
+        prompt = ("--prompt", setting.prompt) if setting.prompt else ()
+        ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1, *prompt, quiet=True)
     bench.say("kamal probe (transfer sets and generated text; no labelled data in the workspace yet)")
     ws("probe", quiet=True)
-    names = list(teachers)
-    trained = {(protocol, label): [bench.train_student(ws, _name(protocol, label), method, names, seed, options,
-                                                       data=PROTOCOLS[protocol][0], extra=extra,
-                                                       default_budget=True)
+    trained = {(protocol, label): [bench.train_student(ws, _name(protocol, label), method, list(setting.teachers),
+                                                       seed, options, base=setting.base, data=PROTOCOLS[protocol][0],
+                                                       extra=(*extra, *setting.student), default_budget=True)
                                    for seed in bench.seeds]
                for protocol in protocols for label, method, options, extra in ROWS}
-    labelled_afterwards(bench, ws)
-    figures = {"fixed": _fixed(ws, names), "students": {}, "supervised": {}}
+    labelled_afterwards(bench, setting, ws)
+    fixed = _fixed(ws, setting.teachers, tests)
+    figures = {"fixed": {label: by_test[tests[0]] for label, by_test in fixed.items()},
+               "fixed_per_test": {label: _per_test([by_test], tests) for label, by_test in fixed.items()},
+               "tests": tests, "students": {}, "supervised": {}}
     for (protocol, label), students in trained.items():
-        results = [bench.student_metrics(ws, s) for s in students]
+        results = [bench.student_metrics(ws, s, tests[0]) for s in students]
+        others = [{t: ws.json("eval", s, "--data", t) for t in tests} for s in students] if len(tests) > 1 else []
         figures["students"].setdefault(protocol, {})[label] = {
             "accuracy": summarize([r["accuracy"] for r in results]),
             "macro_f1": summarize([r["macro_f1"] for r in results]),
+            "per_test": _per_test(others, tests),
             "best_step": [r["best_step"] for r in results], "steps": [r["steps"] for r in results],
             "objective": [r["objective"] for r in results]}
     for protocol, results in references.items():
-        figures["supervised"][protocol] = {"accuracy": summarize([r["accuracy"] for r in results]),
-                                           "macro_f1": summarize([r["macro_f1"] for r in results])}
+        figures["supervised"][protocol] = {"accuracy": summarize([r[tests[0]]["accuracy"] for r in results]),
+                                           "macro_f1": summarize([r[tests[0]]["macro_f1"] for r in results]),
+                                           "per_test": _per_test(results, tests)}
     figures["selection"] = [s for s in ws.json("report")["selection"]
                             if s["data"] in dict(SELECTION_DATA)]
     figures["section"] = section(title, bench.seeds, protocols, figures)
@@ -241,9 +314,27 @@ def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -
                      f"{'/'.join(map(str, f['steps']))}" for p in protocols for label, *_ in ROWS
                      for f in [figures["students"][p][label]])
     return (f"**{title}** (seeds {','.join(map(str, seeds))})\n\n" + markdown(headers, rows)
-            + "\n\nTargets. " + "; ".join(verdicts) + "."
+            + _per_test_table(protocols, figures, order) + "\n\nTargets. " + "; ".join(verdicts) + "."
             + "\n\nThe default student (last protocol, first seed) decided: " + " ".join(d for d in decided if d)
             + "\n\n" + selection + f"\n\nEarly stopping kept step (of steps trained): {kept}.")
+
+
+def _per_test_table(protocols: list[str], figures: dict, fixed_order: list[str]) -> str:
+    """Accuracy on each test set beyond the headline (the cross-lingual setting's languages); empty if none."""
+    tests = figures.get("tests", ["test"])[1:]
+    if not tests:
+        return ""
+
+    def cells(per_test: dict | None) -> list[str]:
+        return [pct(per_test[t]) if per_test else "-" for t in tests]
+
+    rows = [["supervised on the transfer set's gold labels, same budget",
+             *[c for p in protocols for c in cells(figures["supervised"][p]["per_test"])]]]
+    rows += [[label, *cells(figures["fixed_per_test"][label]) * len(protocols)] for label in fixed_order]
+    rows += [[label, *[c for p in protocols for c in cells(figures["students"][p][label]["per_test"])]]
+             for label, *_ in ROWS]
+    headers = ["accuracy % per test set"] + [f"{PROTOCOLS[p][2]}: {t}" for p in protocols for t in tests]
+    return "\n\n" + markdown(headers, rows)
 
 
 def default_student(bench: Bench) -> None:
@@ -251,9 +342,9 @@ def default_student(bench: Bench) -> None:
     default); the other settings keep their last figures."""
     protocols = bench.protocols
     payload = {}
-    for title, (source_key, key, teachers) in SETTINGS.items():
+    for title, setting in SETTINGS.items():
         if bench.runs(title):
-            payload[title] = {**run_setting(bench, title, source_key, key, teachers, protocols),
+            payload[title] = {**run_setting(bench, title, setting, protocols),
                               "seeds": bench.seeds, "protocols": protocols}
     # read now, not at the start: another run of this scenario (other settings) may have finished meanwhile
     results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
@@ -264,7 +355,7 @@ def default_student(bench: Bench) -> None:
             payload[title] = {**figures, "section": section(title, figures["seeds"], figures["protocols"], figures)}
     intro = (f"Teachers trained in one workspace, added to another as folders. Generated text first: `kamal "
              f"synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} --seed 1 --prompt \"{DOMAIN_PROMPT}\"`, "
-             "then `kamal probe`; labelled data is added only after every student is trained. Runs with `--settings` "
+             "then `kamal probe`; labelled data is added only after every student is trained, as test sets. Runs with `--settings` "
              "merge into this file: the comment above describes the last run, each setting names its own seeds.")
     write_results(bench, payload, "\n\n".join([intro, *(payload[t]["section"] for t in SETTINGS if t in payload)]))
 

@@ -92,8 +92,8 @@ def with_teachers_and_data(root: Path, folders: dict[str, str], seed: int) -> Wo
            "--name", "pool", quiet=True)
     if "test" not in known:
         test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
-        ws("add-data", write_rows(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
-           quiet=True)
+        ws("add-data", write_rows(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "test",
+           quiet=True)  # measured on, never decided by (workspaces made before --role test hold it as eval)
     return ws
 
 

@@ -58,12 +58,12 @@ def workspace(seed: int):
         ws("add-data", write(ws.root / "data" / "pool.jsonl", pool, False), "--name", "pool", quiet=True)
     if "test" not in known:  # all ten classes: the four unknown ones are out of scope
         test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
-        ws("add-data", write(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
+        ws("add-data", write(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "test",
            quiet=True)
     if "test-known" not in known:
         test = [r for r in sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}") if r["label"] in KNOWN]
         ws("add-data", write(ws.root / "data" / "test-known.jsonl", test, True), "--name", "test-known",
-           "--role", "eval", quiet=True)
+           "--role", "test", quiet=True)
     return ws
 
 

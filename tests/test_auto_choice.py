@@ -241,3 +241,39 @@ def test_without_a_measured_selection_the_default_keeps_mukis_target_and_says_so
             "picked teacher alone" in result.stderr)
     [student] = added.json("students")
     assert student["train"]["objective"]["commit"] == 1.0
+
+
+def test_a_test_set_is_measured_on_and_never_decided_by(added, assets):
+    """--role test: the probe measures every score there, and score=auto and commit=auto ignore those figures
+    (the same rows as role eval decide, as the test above shows)."""
+    added("add-data", assets["test"], "--name", "test", "--role", "test")
+    assert [(d["name"], d["role"], d["labelled"]) for d in added.json("data")] == [("pool", "transfer", False),
+                                                                                  ("test", "test", True)]
+    added("probe", *PROBE)
+    report = added.json("report")
+    measured = {s["score"]: s for s in report["selection"] if s["data"] == "test"}
+    assert measured["mc-dropout"]["accuracy"] is not None  # measured on it
+    [decision] = report["auto"]
+    assert decision["figure"] is None and "measures it" in decision["line"]  # but nothing decided by it
+    result = added("amalgamate", "--method", "muki-hard", "--name", "v1", *added.train)
+    assert "commit=auto: mc-dropout's selection is not measured for these teachers" in result.stderr
+    assert added.json("eval", "v1", "--data", "test")["rows"] == 80
+
+
+@pytest.mark.parametrize("command", [
+    ["amalgamate", "--method", "vanilla-kd", "--select-by", "eval:test"],
+    ["amalgamate", "--method", "vanilla-kd", "--gold", "test"],
+    ["probe", "--rmd-fit", "test"],
+])
+def test_kamal_refuses_to_fit_or_select_on_a_test_set(added, assets, command):
+    added("add-data", assets["test"], "--name", "test", "--role", "test")
+    train = added.train if command[0] == "amalgamate" else list(map(str, PROBE))
+    result = added(*command, *train, code=2)
+    assert "test is a test set, which kamal only measures on" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert added.json("students") == []
+
+
+def test_a_test_set_needs_labels(added, assets):
+    result = added("add-data", assets["pool"], "--name", "held", "--role", "test", code=2)
+    assert "the test set needs gold labels" in result.output

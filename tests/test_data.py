@@ -58,7 +58,7 @@ def test_eval_labels_are_checked_against_the_union(kamal, assets):
 def test_eval_needs_labels(kamal, assets):
     before = kamal.db_snapshot()
     result = kamal("add-data", assets["pool"], "--name", "x", "--role", "eval", code=2)
-    assert "an eval set needs gold labels" in result.stderr
+    assert "the eval set needs gold labels" in result.stderr
     assert kamal.db_snapshot() == before
 
 

@@ -189,7 +189,7 @@ def test_amalgamate_init_merge_records_it(two_teachers, assets):
 @pytest.mark.parametrize("args, message", [
     (["--init", "soup"], "unknown merge 'soup': merge or merge:METHOD (average, task-arithmetic, ties)"),
     (["--init", "merge:soup"], "unknown merge 'merge:soup'"),
-    (["--init", "merge", "--student-layers", "1"], "--init merge keeps every layer of the merged encoder"),
+    (["--init", "merge", "--student-layers", "1"], "--init merge: teacher news (bert, 2 layers of 32, vocabulary "),
     (["--init", "merge", "--student", "{small}"], "--init merge: teacher news (bert, 2 layers of 32, vocabulary "),
     (["--resume", "x", "--init", "merge"], "--resume continues a run with its own settings; drop --init"),
 ])
@@ -201,3 +201,23 @@ def test_init_merge_refusals(two_teachers, assets, tmp_path, args, message):
     result = two_teachers("amalgamate", *method, *student, *args, "--epochs", "1", "--max-length", "32", code=2)
     assert message in result.output and len(result.output.strip().splitlines()) == 1
     assert two_teachers.json("students") == []
+
+
+def test_teachers_of_a_bases_first_layers_merge_into_a_student_of_that_depth(kamal, assets):
+    """train-teacher --base-layers 1 on a 2-layer base: --init merge with --student-layers 1 starts from their merge
+    (the first layer of the base, moved by their task vectors); a student of the full depth is refused."""
+    kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
+    kamal("add-data", assets["pool"], "--name", "transfer")
+    settings = ["--base", assets["encoder"], "--base-layers", "1", "--epochs", "2", "--lr", "3e-3", "--batch-size",
+                "16", "--max-length", "32"]
+    kamal("train-teacher", "train", "--labels", "world,sports", "--name", "news", *settings)
+    kamal("train-teacher", "train", "--labels", "business,scitech", "--name", "money", *settings)
+    train = ["--method", "vanilla-kd", "--init", "merge", "--student", assets["encoder"], "--steps", "2",
+             "--max-length", "32"]
+    refused = kamal("amalgamate", *train, "--name", "full", code=2)
+    assert ("--init merge: teacher news (bert, 1 layers of 32, vocabulary" in refused.output
+            and "(bert, 2 layers of 32," in refused.output and "--student-layers their depth" in refused.output)
+    result = kamal("amalgamate", *train, "--student-layers", "1", "--name", "shallow")
+    assert f"merged from {assets['encoder']} (task-arithmetic)" in result.stderr
+    [student] = kamal.json("students")
+    assert student["name"] == "shallow" and student["train"]["init"] == "merge:task-arithmetic"

@@ -48,7 +48,8 @@ def test_the_shipped_migrations_are_the_ones_kamal_applies():
 def test_an_old_workspace_lists_what_it_holds(old):
     assert [t["name"] for t in old.json("teachers")] == ["news", "money"]
     assert [t["labels"] for t in old.json("teachers")] == [["world", "sports"], ["business", "scitech"]]
-    assert [d["name"] for d in old.json("data")] == ["train", "pool", "test"]
+    assert [(d["name"], d["role"]) for d in old.json("data")] == [("train", "eval"), ("pool", "transfer"),
+                                                                  ("test", "eval")]  # m012: not test sets
     (student,) = old.json("students")
     assert student["name"] == "v1" and student["method"] == "muki-hard"
     assert [r["status"] for r in old.json("runs")] == ["done"] * 5

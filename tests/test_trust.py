@@ -193,6 +193,10 @@ def test_calibrate_and_scope_refuse_bad_input_in_one_line(student, assets, tmp_p
         assert "strictly between 0 and 1" in student("calibrate", "kd", "--data", "test", "--coverage", coverage,
                                                      code=2).stderr
     assert "between 0 and 1" in student("scope", "kd", "--keep", "1.2", code=2).stderr
+    student("add-data", assets["test"], "--name", "held", "--role", "test")
+    before = student.db_snapshot()
+    err = student("calibrate", "kd", "--data", "held", code=2).stderr
+    assert "held is a test set, which kamal only measures on" in err and err.count("\n") == 1
     assert student.db_snapshot() == before
     assert "Prediction" not in student("eval", "kd", "--data", "test").stdout
 

@@ -14,8 +14,10 @@ from kamalcli.errors import KamalError
 @click.option("--name", help="Name to refer to it by (default: the file's name).")
 @click.option("--text-column", help="Column holding the text (default: 'text', or the only string column).")
 @click.option("--label-column", help="Column holding gold labels (eval sets; default 'label' when present).")
-@click.option("--role", type=click.Choice(["transfer", "eval"]), default="transfer", show_default=True,
-              help="transfer: unlabelled text to amalgamate on; eval: labelled text to measure on.")
+@click.option("--role", type=click.Choice(["transfer", "eval", "test"]), default="transfer", show_default=True,
+              help="transfer: unlabelled text to amalgamate on; eval: labelled text to measure on, which score=auto "
+                   "and commit=auto may also judge by; test: labelled text kamal only measures on, never fits or "
+                   "decides by.")
 @click.option("--tokens-column", help="Token data (named entities): the column holding each sentence's tokens "
               "(default 'tokens' when it holds lists; csv: JSON lists).")
 @click.option("--tags-column", help="Token data: the column of BIO tags per token (default 'tags' when present).")

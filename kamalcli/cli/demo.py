@@ -61,7 +61,7 @@ def run_demo(cli: click.Group, target: Path, *, force: bool, base: str, mc_exact
 
     kamal("add-data", data / "train.jsonl.gz", "--name", "teacher-data", "--role", "eval")
     kamal("add-data", data / "train.jsonl.gz", "--name", "pool")
-    kamal("add-data", data / "test.jsonl.gz", "--name", "test", "--role", "eval")
+    kamal("add-data", data / "test.jsonl.gz", "--name", "test", "--role", "test")
     for name, labels in TEACHERS.items():
         kamal("train-teacher", "teacher-data", "--labels", labels, "--name", name)
     kamal("probe", "--data", "pool", "--data", "test")

@@ -21,6 +21,7 @@ from kamalcli.errors import KamalError, first_line
 from kamalcli.files import open_maybe_gzipped
 
 GENERATED = "synthesized"  # a dataset's provenance kind when kamal synthesize wrote it
+LABELLED_ROLES = ("eval", "test")  # add-data --role values whose rows need gold labels
 
 FORMATS = {
     ".csv": "csv",
@@ -372,12 +373,12 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
                                  "parquet or CoNLL")
             table = token_data.table_from_rows(columns, rows, source, fmt, tokens_column, tags_column)
         else:
-            table = table_of_texts(path, fmt, columns, rows, text_column, label_column, want_labels=(role == "eval"))
+            table = table_of_texts(path, fmt, columns, rows, text_column, label_column, want_labels=role in LABELLED_ROLES)
     if isinstance(table, token_data.TokenTable):
         dataset, notes = _record_tokens(workspace, store, table, path, name, role)
         return dataset, read_notes + notes
-    if role == "eval" and table.labels is None:
-        raise KamalError(f"{source}: an eval set needs gold labels; pass --label-column (columns: {', '.join(table.columns)})")
+    if role in LABELLED_ROLES and table.labels is None:
+        raise KamalError(f"{source}: the {role} set needs gold labels; pass --label-column (columns: {', '.join(table.columns)})")
 
     notes = list(read_notes)
     counts = table.label_counts()
@@ -413,8 +414,8 @@ def _record(workspace, store, table, write, **fields):
 def _record_tokens(workspace, store, table, path: Path, name: str, role: str):
     from kamalcli.data.tokens import tidied, write_token_cache
 
-    if role == "eval" and table.tags is None:
-        raise KamalError(f"{path}: an eval set needs gold tags; pass --tags-column (columns: {', '.join(table.columns)})")
+    if role in LABELLED_ROLES and table.tags is None:
+        raise KamalError(f"{path}: the {role} set needs gold tags; pass --tags-column (columns: {', '.join(table.columns)})")
     table, notes = tidied(table)
     if role == "transfer" and table.tags is not None:
         notes.append("Tags are stored with this transfer set but amalgamation never trains on them.")

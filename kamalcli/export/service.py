@@ -21,7 +21,7 @@ def parity_texts(store, student) -> list[str]:
     from kamalcli.data.tokens import load_token_rows
 
     task = getattr(student, "task", "sequence")
-    datasets = [d for d in store.datasets(role="eval") if d.task == task]
+    datasets = [d for d in store.datasets() if d.role in ("eval", "test") and d.task == task]
     if student.transfer_dataset_id is not None:
         datasets.append(store.dataset_by_id(student.transfer_dataset_id))
     texts: list[str] = []

@@ -11,7 +11,8 @@ name it): `decide_auto`. The rule:
    kamal synthesize wrote otherwise: generated rows are labelled by the class they were steered to, which is
    weaker evidence. Figures that cannot describe the student's score do not count: a fitted score (RMD, the
    prototype score) measured with another fit than the one the student will use (kamalcli/probe/fit_plan.py),
-   or on the very rows it was fitted on; any score measured on rows a teacher was trained on.
+   or on the very rows it was fitted on; any score measured on rows a teacher was trained on, or on a test set
+   (`add-data --role test`: measured on, never decided by).
 3. Among the scores that count, the best: real labelled figures before generated ones, then the higher accuracy
    (equal ones: PREFERENCE).
 4. None counts (or nothing was measured): the confidence kamal trusts without fitted data. Energy when the
@@ -242,7 +243,7 @@ def measured_figures(store, teachers, plan) -> list[Figure]:
     figures = []
     for (dataset_id, score), row in newest.items():
         dataset = store.dataset_by_id(dataset_id)
-        if dataset_id in trained_on or not dataset.has_labels:
+        if dataset_id in trained_on or not dataset.has_labels or dataset.role == "test":
             continue
         if score in FITTED and not _fitted_as_planned(store, row, teachers, plan):
             continue

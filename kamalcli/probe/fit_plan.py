@@ -48,6 +48,7 @@ def rmd_fit_plan(store, teachers, given: str | None = None, *, one_dataset: bool
     """The fit for these teachers: --rmd-fit NAME, their training rows, generated text for them, or circular."""
     if given:
         dataset = store.dataset(given)
+        dataset.refuse_test(f"--rmd-fit {given}")
         if not dataset.has_labels:
             raise KamalError(f"--rmd-fit {given}: that dataset has no labels")
         return FitPlan("given", dataset, f"RMD fitted on {given}, the labelled data given with --rmd-fit.")

@@ -455,6 +455,7 @@ class Runner:
 
     def _rmd_source(self, teacher, fit_dataset, probes):
         if fit_dataset is not None:
+            fit_dataset.refuse_test(f"--rmd-fit {fit_dataset.name}")
             if not fit_dataset.has_labels:
                 raise KamalError(f"--rmd-fit {fit_dataset.name}: that dataset has no labels")
             return "labelled", fit_dataset

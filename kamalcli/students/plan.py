@@ -145,6 +145,7 @@ def plan(store, request: AmalgamateRequest):
         if not request.select_by.startswith("eval:"):
             raise KamalError(f"--select-by {request.select_by!r}: use transfer-loss or eval:NAME")
         eval_set = store.dataset(request.select_by.split(":", 1)[1])
+        eval_set.refuse_test(f"--select-by {request.select_by}")
         if not eval_set.has_labels:
             raise KamalError(f"--select-by {request.select_by}: that dataset has no labels")
     name = check_name(request.name, "student") if request.name is not None else _default_name(store, method.name)
@@ -166,6 +167,7 @@ def check_gold(store, gold_name: str, teachers, task: str) -> None:
     if task == "token":
         raise KamalError("--gold adds a gold-label loss for text classifiers; token teachers do not take it")
     gold = store.dataset(gold_name)
+    gold.refuse_test(f"--gold {gold_name}")
     if gold.task != "sequence" or not gold.has_labels:
         raise KamalError(f"--gold {gold_name}: that dataset has no labels (add it with --label-column)")
     space = store.label_space(teachers)
@@ -188,15 +190,15 @@ def check_init(request: AmalgamateRequest, teachers) -> None:
     merge_method(request.init)
     if request.parent:
         raise KamalError("--init merge starts a new student; an extended student starts from its parent")
-    if request.student_layers is not None:
-        raise KamalError("--init merge keeps every layer of the merged encoder: drop --student-layers")
     if teachers_task(teachers) == "token":
         raise KamalError("--init merge is for text classifiers; token teachers are not merged")
-    _check_merge_shapes(request.student, teachers)
+    _check_merge_shapes(request.student, request.student_layers, teachers)
 
 
-def _check_merge_shapes(base: str, teachers) -> None:
-    """Before any work, from config.json alone: the student base and every teacher have one shape."""
+def _check_merge_shapes(base: str, layers: int | None, teachers) -> None:
+    """Before any work, from config.json alone: the student (the base, or its first `layers` layers) and every
+    teacher have one shape. Teachers fine-tuned from a base's first N layers (`train-teacher --base-layers N`)
+    merge into a student of the same N layers."""
     from kamalcli.models.bases import resolve_model_source
     from kamalcli.models.folder import read_config
 
@@ -204,12 +206,14 @@ def _check_merge_shapes(base: str, teachers) -> None:
         return (f"{config.get('model_type')}, {config.get('num_hidden_layers')} layers of "
                 f"{config.get('hidden_size')}, vocabulary {config.get('vocab_size')}")
 
-    wanted = shape(read_config(resolve_model_source(base)))
+    config = read_config(resolve_model_source(base))
+    wanted = shape({**config, **({"num_hidden_layers": layers} if layers is not None else {})})
     for teacher in teachers:
         found = shape(read_config(Path(teacher.path)))
         if found != wanted:
             raise KamalError(f"--init merge: teacher {teacher.name} ({found}) was not fine-tuned from the student "
-                             f"base {base} ({wanted}); --student must be the base the teachers share")
+                             f"{base} ({wanted}); --student must be the base the teachers share, and "
+                             "--student-layers their depth when they kept only its first layers")
 
 
 def check_base(source: str, layers: int | None) -> None:

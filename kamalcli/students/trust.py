@@ -54,6 +54,7 @@ def calibrate_student(store, student, dataset, *, coverage: float = 0.9, device:
     from kamalcli.models.inference import classifier_probs
 
     conformal.check_coverage(coverage)
+    dataset.refuse_test(f"kamal calibrate --data {dataset.name}")
     folder = sequence_student(student, "calibration").folder
     texts, gold = load_labelled_rows(dataset)
     index = np.asarray(student.aliases.indices(gold, student.labels))

@@ -320,3 +320,11 @@ def m011_student_scope_and_calibration(db):
     # students trained before this migration until `kamal scope` fits one.
     db.execute("ALTER TABLE students ADD COLUMN scope TEXT")
     db.execute("ALTER TABLE students ADD COLUMN calibration TEXT")
+
+
+@migration
+def m012_test_sets(db):
+    # `kamal add-data --role test`: labelled rows kamal measures on and never fits or decides by (score=auto,
+    # commit=auto, --select-by, --rmd-fit, --gold, kamal calibrate). Stored as role 'eval' with this flag, because
+    # the role's CHECK cannot change without rebuilding the table. 0 for every dataset added before.
+    db.execute("ALTER TABLE datasets ADD COLUMN test INTEGER NOT NULL DEFAULT 0 CHECK (test IN (0, 1))")

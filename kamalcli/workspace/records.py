@@ -63,7 +63,7 @@ class Dataset:
     name: str
     source: str
     format: str
-    role: str
+    role: str                        # transfer, eval or test (measured on, never decided by)
     num_rows: int
     content_hash: str
     text_column: str
@@ -78,6 +78,12 @@ class Dataset:
     @property
     def has_labels(self) -> bool:
         return self.label_counts is not None
+
+    def refuse_test(self, use: str) -> None:
+        """A test set (`add-data --role test`) is measured on, never fitted or decided by."""
+        if self.role == "test":
+            raise KamalError(f"{use}: {self.name} is a test set, which kamal only measures on (add its rows again "
+                             "with --role eval to fit or select on them)")
 
     def as_json(self) -> dict:
         return {

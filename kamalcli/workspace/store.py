@@ -215,13 +215,13 @@ class Store:
         row["label_counts"] = _loads(row["label_counts"])
         row["provenance"] = _loads(row.get("provenance"))
         row["path"] = self._abs(row["path"])
+        if row.pop("test", 0):  # m012_test_sets: a test set is stored as role 'eval' with this flag
+            row["role"] = "test"
         return Dataset(**row)
 
     def datasets(self, role: str | None = None) -> list[Dataset]:
-        sql, params = "SELECT * FROM datasets", []
-        if role:
-            sql, params = sql + " WHERE role = ?", [role]
-        return [self._dataset(r) for r in self._rows(sql + " ORDER BY id", params)]
+        return [d for d in map(self._dataset, self._rows("SELECT * FROM datasets ORDER BY id"))
+                if role in (None, d.role)]
 
     def dataset(self, name: str) -> Dataset:
         return self._named("datasets", name, self._dataset, self.datasets, "none registered")
@@ -234,6 +234,8 @@ class Store:
 
     def add_dataset(self, *, columns: list[str], label_counts: dict | None, provenance: dict | None = None,
                     **fields: Any) -> Dataset:
+        if fields["role"] == "test":
+            fields = {**fields, "role": "eval", "test": 1}
         fields = {**fields, "columns": _dumps(columns), "path": self._rel(fields["path"]),
                   "label_counts": _dumps(label_counts) if label_counts is not None else None,
                   "provenance": _dumps(provenance) if provenance is not None else None}
