@@ -186,20 +186,22 @@ def withdraw_labelled(bench: Bench, setting: Setting, ws: Workspace) -> None:
             ws("remove-data", name, quiet=True)
 
 
-def supervised(bench: Bench, protocol: str, seed: int) -> dict:
-    """The same base fine-tuned on the transfer set's gold labels, kamal's step budget, in a workspace of its
-    own (the students' never holds these labels while they train)."""
+def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = True) -> dict:
+    """The same base fine-tuned on the transfer set's gold labels, kamal's step budget (default_budget False: the
+    profile's student epochs), in a workspace of its own (the students' never holds these labels while they
+    train)."""
     if protocol == "muki":
-        return bench.supervised(seed, default_budget=True)
+        return bench.supervised(seed, default_budget=default_budget)
     ws = bench.workspace("supervised")
     rows = pool_rows(bench)
     _write(ws, "pool-gold", rows, True, "eval")
-    name = f"supervised-pool-s{seed}-budget"
+    name = f"supervised-pool-s{seed}" + ("-budget" if default_budget else "")
     if not ws.has_teacher(name):
         bench.say(f"supervised on the pool's gold labels, seed {seed}")
         labels = sorted({r["label"] for r in rows})
+        epochs = None if default_budget else bench.profile.student_epochs
         ws("train-teacher", "pool-gold", "--labels", ",".join(labels), "--name", name, "--base", bench.profile.base,
-           *bench.profile.train_args(None, seed), quiet=True)
+           *bench.profile.train_args(epochs, seed), quiet=True)
     return ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
 
 
@@ -226,6 +228,16 @@ def _per_test(values: list[dict | None], tests: list[str]) -> dict[str, dict] | 
     return {t: summarize([v[t]["accuracy"] for v in values]) for t in tests[1:]}
 
 
+def generated_and_probed(bench: Bench, setting: Setting, ws: Workspace) -> None:
+    """As the README walks it: `kamal synthesize` (once), then a bare `kamal probe`."""
+    if not any(d["name"] == GENERATED for d in ws.json("data")):
+        bench.say(f"kamal synthesize --per-class {GENERATED_PER_CLASS}")
+        prompt = ("--prompt", setting.prompt) if setting.prompt else ()
+        ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1, *prompt, quiet=True)
+    bench.say("kamal probe (transfer sets and generated text)")
+    ws("probe", quiet=True)
+
+
 def run_setting(bench: Bench, title: str, setting: Setting, protocols: list[str]) -> dict:
     ws = student_workspace(bench, setting)
     wanted = {_name(p, label) + f"-s{seed}" for p in protocols for label, *_ in ROWS for seed in bench.seeds}
@@ -233,12 +245,7 @@ def run_setting(bench: Bench, title: str, setting: Setting, protocols: list[str]
         withdraw_labelled(bench, setting, ws)
     tests = list(setting.tests(bench))
     references = {p: [setting.supervised(bench, p, seed) for seed in bench.seeds] for p in protocols}
-    if not any(d["name"] == GENERATED for d in ws.json("data")):
-        bench.say(f"kamal synthesize --per-class {GENERATED_PER_CLASS}")
-        prompt = ("--prompt", setting.prompt) if setting.prompt else ()
-        ws("synthesize", "--name", GENERATED, "--per-class", GENERATED_PER_CLASS, "--seed", 1, *prompt, quiet=True)
-    bench.say("kamal probe (transfer sets and generated text; no labelled data in the workspace yet)")
-    ws("probe", quiet=True)
+    generated_and_probed(bench, setting, ws)
     trained = {(protocol, label): [bench.train_student(ws, _name(protocol, label), method, list(setting.teachers),
                                                        seed, options, base=setting.base, data=PROTOCOLS[protocol][0],
                                                        extra=(*extra, *setting.student), default_budget=True)

@@ -121,8 +121,8 @@ def decide(figures, label_counts: tuple[int, ...] = (), available=USABLE) -> Aut
     score, why = fallback(label_counts, available)
     if not evidence:
         return AutoDecision(score, f"{why}. No selection is measured for these teachers yet: `kamal probe` on "
-                                   "labelled data measures it, or on text from `kamal synthesize --prompt 'Write a "
-                                   "... about {label}.'`, the prompt naming what your texts are.", None)
+                                   "an eval set measures it (a test set is never decided by), or on text from "
+                                   "`kamal synthesize --prompt 'Write a ... about {label}.'`, the prompt naming what your texts are.", None)
     top = max(evidence.values(), key=lambda f: (not f.generated, f.accuracy))
     return AutoDecision(score, f"no score picks the right teacher clearly above chance (best: {top.score}, "
                                f"{top.words()}), so {score}, {why}.", None)
@@ -159,7 +159,7 @@ def commitment(score: str, figure: Figure | None, concatenated: Figure | None) -
     if figure is None:
         return Commitment(None, None, None, f"commit=auto: {score}'s selection is not measured for these teachers, "
                                             "so each row learns from its picked teacher alone (MUKI's target; "
-                                            "`kamal probe` on labelled data measures it).")
+                                            "`kamal probe` on an eval set measures it).")
     if concatenated is not None:
         baseline, against = concatenated.accuracy, f"vanilla-kd's own pick (energy, {_pct(concatenated.accuracy)})"
     else:
