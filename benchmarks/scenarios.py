@@ -18,11 +18,15 @@ ABLATIONS = [
     ("muki-hard w/o MC dropout", "muki-hard", ("paper=true", "mc=false")),
     ("muki-hard w/o re-weighting", "muki-hard", ("paper=true", "reweight=false")),
 ]
-# kamal's own: the teacher picked by relative Mahalanobis distance instead of MC dropout (re-weighted, as measured)
+# kamal's own: the teacher picked by relative Mahalanobis distance instead of MC dropout (re-weighted, as measured).
+# The hard rows keep MUKI's target (commit=1, no prior), so that they measure the selection score alone: with
+# kamal's defaults, commit=auto and prior=auto can replace the pick by vanilla-kd's target, which no score changes.
+MUKI_TARGET = ("commit=1", "prior=none")
 RMD_VARIANTS = [
-    ("muki-hard, RMD selection (kamal)", "muki-hard", ("score=rmd", "reweight=true")),
+    ("muki-hard, RMD selection, MUKI's target (kamal)", "muki-hard", ("score=rmd", "reweight=true", *MUKI_TARGET)),
     ("muki-soft, RMD selection (kamal)", "muki-soft", ("score=rmd", "reweight=true")),
-    ("muki-hard, per-teacher rank (kamal)", "muki-hard", ("score=mc-dropout", "calibrate=rank", "reweight=true")),
+    ("muki-hard, per-teacher rank, MUKI's target (kamal)", "muki-hard",
+     ("score=mc-dropout", "calibrate=rank", "reweight=true", *MUKI_TARGET)),
     ("muki-soft, per-teacher rank (kamal)", "muki-soft", ("score=mc-dropout", "calibrate=rank", "reweight=true")),
 ]
 
