@@ -17,10 +17,10 @@ Per configuration:
   the class they were steered to (class);
 - per class, the energy selection (the figure the issue asks for).
 
-    python benchmarks/steering.py [--seed S] [--per-class N] [--config NAME ...]
+    python benchmarks/steering.py [--seed S] [--per-class N] [--config NAME ...] [--tag T]
 
 Texts are kept in benchmarks/work/steering-S/ (a rerun scores them again without generating); the table goes to
-benchmarks/results/steering-S.md.
+benchmarks/results/steering-S[-T].md.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import DOMAIN_PROMPT, RESULTS, WORK, markdown  # noqa: E402
-from readme_walk import SUPERVISED  # noqa: E402
+from readme_walk import SUPERVISED, supervised_on_pool  # noqa: E402
 
 LENGTH = 32
 # name: (lambda, chunk candidates, contrast)
@@ -43,6 +43,7 @@ CONFIGS = {
     "plain": (0.0, 8, False),
     "chunk x8, steering teacher's p (before)": (3.0, 8, False),
     "chunk x8, ensemble's p (contrast)": (3.0, 8, True),
+    "chunk x6, ensemble's p (contrast)": (3.0, 6, True),
     "chunk x4, steering teacher's p": (3.0, 4, False),
     "chunk x4, ensemble's p (contrast)": (3.0, 4, True),
 }
@@ -93,6 +94,8 @@ def score(saved: dict, seed: int) -> str:
     from kamalcli.probs import logsumexp, softmax
 
     teachers = saved["teachers"]
+    if not any(t["name"] == SUPERVISED for t in _source_teachers(seed)):
+        supervised_on_pool(seed)
     judge = next(t for t in _source_teachers(seed) if t["name"] == SUPERVISED)
     plain = saved["results"]["plain"]["seconds"] / len(saved["results"]["plain"]["texts"])
     rows, per_class = [], {}
@@ -142,15 +145,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--per-class", type=int, default=8)
     parser.add_argument("--config", action="append", choices=list(CONFIGS), help="default: every one")
+    parser.add_argument("--tag", default="", help="a suffix for the texts' and the table's file names")
     args = parser.parse_args()
     names = args.config or list(CONFIGS)
     if "plain" not in names:
         names = ["plain", *names]
-    out = WORK / f"steering-{args.seed}" / f"texts-{args.per_class}.json"
+    tag = f"-{args.tag}" if args.tag else ""
+    out = WORK / f"steering-{args.seed}" / f"texts-{args.per_class}{tag}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     saved = json.loads(out.read_text()) if out.is_file() else generate_all(args.seed, args.per_class, names, out)
     table = score(saved, args.seed)
-    (RESULTS / f"steering-{args.seed}.md").write_text(table + "\n")
+    (RESULTS / f"steering-{args.seed}{tag}.md").write_text(table + "\n")
     print(table)
 
 

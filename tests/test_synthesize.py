@@ -97,6 +97,40 @@ def test_every_candidate_of_a_step_goes_through_the_teacher_in_one_batch(lm, tra
     assert timing.teacher_rows == sum(calls)
 
 
+def _greedy(model, scorer, prompts, mode):
+    """Token lists under top-m 1, where a text does not depend on the texts generated beside it."""
+    import torch
+
+    from kamalcli.synth.steering import SteeringConfig, Timing, _chunk_steering, _Stepper, _token_steering
+
+    config = SteeringConfig(strength=2.0, top_m=1, max_new_tokens=8, mode=mode, chunk_tokens=3, chunk_candidates=4)
+    run = _token_steering if mode == "token" else _chunk_steering
+    stepper = _Stepper(model, [model.prompt_ids(p) for p in prompts])
+    return run(model, stepper, scorer, 0, len(prompts), config, torch.Generator().manual_seed(0), Timing())
+
+
+def test_a_text_that_ends_leaves_the_batch_and_the_others_go_on_as_alone(lm, trained, monkeypatch):
+    from kamalcli.synth.steering import CausalLM, _Stepper
+
+    model, scorers = _models(lm, trained)
+    prompts = ["the match today", "goal", "a new", "world news", "money"]
+    monkeypatch.setattr(CausalLM, "eos_ids", property(lambda self: set()))
+    endless = [_greedy(model, None, [p], "token")[0] for p in prompts]
+    # an end-of-text token that ends some texts early and never comes in others
+    eos = next(t for tokens in endless for t in tokens[1:5] if any(t not in other for other in endless))
+    monkeypatch.setattr(CausalLM, "eos_ids", property(lambda self: {eos}))
+    for mode, scorer in (("token", None), ("token", scorers["news"]), ("chunk", scorers["news"])):
+        alone = [_greedy(model, scorer, [p], mode)[0] for p in prompts]
+        assert min(map(len, alone)) < 5 and max(map(len, alone)) == 8  # they ended at different steps
+        fed, feed = [], _Stepper.feed
+        monkeypatch.setattr(_Stepper, "feed", lambda self, tokens: fed.append(len(tokens)) or feed(self, tokens))
+        assert _greedy(model, scorer, prompts, mode) == alone
+        monkeypatch.setattr(_Stepper, "feed", feed)
+        open_at_the_end = sum(len(tokens) == 8 for tokens in alone)
+        assert fed[0] == len(prompts) * (4 if mode == "chunk" else 1)  # 4 candidates each
+        assert fed[-1] == open_at_the_end * (4 if mode == "chunk" else 1) < fed[0]
+
+
 class _FixedLogits:
     def __init__(self, row):
         self.row = row

@@ -6,13 +6,14 @@ sample from the nucleus (p = 0.9) of the rescored distribution. The LM's and
 the teacher's tokenisers differ: each candidate continuation is decoded to text
 and re-encoded by the teacher; all candidates of a step (every row, every
 token) go through the teacher in one batched forward. The LM keeps its KV cache
-and reads one new token per row per step.
+and reads one new token per row per step; a text that has ended leaves the batch.
 
 chunk steering (kamal's cheaper option): each row draws K continuations of a
 few tokens from the LM alone (top-m, nucleus), the teacher scores the K texts
 once, and one is kept with probability proportional to p_T(c | text)^lambda
 (sampling-importance-resampling: the kept text follows p_LM * p_T^lambda up to
-the finite K). The teacher runs once per chunk instead of once per token.
+the finite K). The teacher runs once per chunk instead of once per token. A text
+whose kept continuation has ended leaves the batch with its K rows.
 
 What a candidate is scored by (both modes): with `contrast` (kamal's default) p(c | text)
 under the teachers' ensemble, the softmax over every teacher's logits concatenated (the
@@ -216,65 +217,78 @@ def _teacher_log_prob(scorer: TeacherScorer | EnsembleScorer, lm: CausalLM, rows
 
 def _token_steering(lm, stepper, scorer, class_index, n, config, generator, timing) -> list[list[int]]:
     generated: list[list[int]] = [[] for _ in range(n)]
-    done = torch.zeros(n, dtype=torch.bool)
-    for _ in range(config.max_new_tokens):
-        lp_lm, ids = _candidates(stepper.logits, config.top_m)            # (n, m)
-        score = lp_lm.clone()
-        active = (~done).nonzero().flatten().tolist()
-        if scorer is not None and active:
-            m = ids.shape[1]
-            rows = [generated[r] + [t] for r in active for t in ids[r].tolist()]
-            lp_t = _teacher_log_prob(scorer, lm, rows, class_index, timing).view(len(active), m)
-            score[active] = lp_lm[active] + config.strength * lp_t
+    alive = list(range(n))  # the prompt each of the stepper's rows belongs to: a text that has ended leaves
+    for step in range(config.max_new_tokens):
+        lp_lm, ids = _candidates(stepper.logits, config.top_m)            # (rows, m)
+        score = lp_lm
+        if scorer is not None:
+            rows = [generated[r] + [t] for r, tokens in zip(alive, ids.tolist()) for t in tokens]
+            lp_t = _teacher_log_prob(scorer, lm, rows, class_index, timing).view(len(alive), -1)
+            score = lp_lm + config.strength * lp_t
         pick = torch.multinomial(nucleus(score.softmax(dim=-1), config.top_p), 1, generator=generator).flatten()
         tokens = ids.gather(1, pick[:, None]).flatten()
-        tokens[done] = lm.pad_id
-        for r in active:
-            token = int(tokens[r])
-            if token in lm.eos_ids:
-                done[r] = True
-            else:
+        going = []
+        for row, (r, token) in enumerate(zip(alive, tokens.tolist())):
+            if token not in lm.eos_ids:
                 generated[r].append(token)
-                timing.new_tokens += 1
-        if done.all():
+                going.append(row)
+        timing.new_tokens += len(going)
+        if not going or step == config.max_new_tokens - 1:  # nothing more to read the LM's next token for
             break
         started = time.perf_counter()
+        if len(going) < len(alive):
+            stepper.select(torch.tensor(going))
+            alive, tokens = [alive[row] for row in going], tokens[going]
         stepper.feed(tokens)
         timing.lm_seconds += time.perf_counter() - started
     return generated
 
 
 def _chunk_steering(lm, stepper, scorer, class_index, n, config, generator, timing) -> list[list[int]]:
+    """Each open text draws chunk_candidates continuations of a chunk, the scorer reads every one of them in one
+    batch, and one is kept per text. A text that has ended leaves the batch."""
     k = config.chunk_candidates
-    stepper.select(torch.arange(n).repeat_interleave(k))  # row r's candidates: r*k .. r*k + k-1
-    generated: list[list[int]] = [[] for _ in range(n * k)]
-    done = torch.zeros(n * k, dtype=torch.bool)
+    text: list[list[int]] = [[] for _ in range(n)]
+    kept = list(range(n))   # the stepper's row to go on from, one per open text
+    owner = list(range(n))  # the text each of those rows belongs to
     produced = 0
-    while produced < config.max_new_tokens and not done.all():
-        for _ in range(min(config.chunk_tokens, config.max_new_tokens - produced)):
-            lp_lm, ids = _candidates(stepper.logits, config.top_m)
-            pick = torch.multinomial(nucleus(lp_lm.softmax(dim=-1), config.top_p), 1, generator=generator).flatten()
-            tokens = ids.gather(1, pick[:, None]).flatten()
-            tokens[done] = lm.pad_id
-            for r in (~done).nonzero().flatten().tolist():
-                token = int(tokens[r])
-                if token in lm.eos_ids:
-                    done[r] = True
-                else:
-                    generated[r].append(token)
-            produced += 1
-            if done.all():
-                break
-            started = time.perf_counter()
-            stepper.feed(tokens)
-            timing.lm_seconds += time.perf_counter() - started
-        lp_t = _teacher_log_prob(scorer, lm, generated, class_index, timing).view(n, k)
+    while kept and produced < config.max_new_tokens:
+        stepper.select(torch.tensor(kept).repeat_interleave(k))  # text owner[i]'s candidates: rows i*k .. i*k + k-1
+        steps = min(config.chunk_tokens, config.max_new_tokens - produced)
+        produced += steps
+        chunk, done = _draw_chunk(lm, stepper, len(kept) * k, steps, produced < config.max_new_tokens, config,
+                                  generator, timing)
+        rows = [text[r] + c for r, c in zip((r for r in owner for _ in range(k)), chunk)]
+        lp_t = _teacher_log_prob(scorer, lm, rows, class_index, timing).view(len(kept), k)
         chosen = torch.multinomial((config.strength * lp_t).softmax(dim=-1), 1, generator=generator).flatten()
-        winners = torch.arange(n) * k + chosen
-        keep = winners.repeat_interleave(k)
-        generated = [list(generated[int(w)]) for w in keep]
-        done = done[keep]
-        if not done.all():
-            stepper.select(keep)
-    timing.new_tokens += sum(len(generated[r * k]) for r in range(n))
-    return [generated[r * k] for r in range(n)]
+        winners = [i * k + int(c) for i, c in enumerate(chosen)]
+        for r, w in zip(owner, winners):
+            text[r] += chunk[w]
+        kept = [w for w in winners if not done[w]]
+        owner = [r for r, w in zip(owner, winners) if not done[w]]
+    timing.new_tokens += sum(len(t) for t in text)
+    return text
+
+
+def _draw_chunk(lm, stepper, rows: int, steps: int, more: bool, config, generator,
+                timing) -> tuple[list[list[int]], list[bool]]:
+    """`steps` tokens for every row from the LM alone (top-m, nucleus); the stepper reads the last one only if
+    `more` chunks follow."""
+    chunk: list[list[int]] = [[] for _ in range(rows)]
+    done = [False] * rows
+    for step in range(steps):
+        lp_lm, ids = _candidates(stepper.logits, config.top_m)
+        pick = torch.multinomial(nucleus(lp_lm.softmax(dim=-1), config.top_p), 1, generator=generator).flatten()
+        tokens = ids.gather(1, pick[:, None]).flatten()
+        for row, token in enumerate(tokens.tolist()):
+            if done[row] or token in lm.eos_ids:
+                done[row] = True
+                tokens[row] = lm.pad_id
+            else:
+                chunk[row].append(token)
+        if all(done) or (step == steps - 1 and not more):
+            break
+        started = time.perf_counter()
+        stepper.feed(tokens)
+        timing.lm_seconds += time.perf_counter() - started
+    return chunk, done
