@@ -362,7 +362,8 @@ def default_student(bench: Bench) -> None:
             payload[title] = {**figures, "section": section(title, figures["seeds"], figures["protocols"], figures)}
     intro = (f"Teachers trained in one workspace, added to another as folders. Generated text first: `kamal "
              f"synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} --seed 1 --prompt \"{DOMAIN_PROMPT}\"` "
-             "(the cross-lingual pair: no `--prompt`, so kamal's default), then `kamal probe`; labelled data is added "
+             f"({'; '.join(t for t, s in SETTINGS.items() if s.prompt is None)}: no `--prompt`, so kamal's default), "
+             "then `kamal probe`; labelled data is added "
              "only after every student is trained, as test sets. Runs with `--settings` "
              "merge into this file: the comment above describes the last run, each setting names its own seeds.")
     write_results(bench, payload, "\n\n".join([intro, *(payload[t]["section"] for t in SETTINGS if t in payload)]))

@@ -43,23 +43,42 @@ CONFIGS = {
     "plain": (0.0, 8, False),
     "chunk x8, steering teacher's p (before)": (3.0, 8, False),
     "chunk x8, ensemble's p (contrast)": (3.0, 8, True),
-    "chunk x6, ensemble's p (contrast)": (3.0, 6, True),
     "chunk x4, steering teacher's p": (3.0, 4, False),
     "chunk x4, ensemble's p (contrast)": (3.0, 4, True),
 }
 
 
-def generate_all(seed: int, per_class: int, names: list[str], out: Path) -> dict:
+def walk_models(seed: int):
+    """The README walk's teachers (trained if missing), smollm2-135m and the teachers' scorers, as synthesize loads
+    them: (teachers, lm, scorers)."""
     from readme_walk import teachers as walk_teachers
 
-
     from kamalcli.models.bases import resolve_lm_source
-    from kamalcli.synth.steering import SteeringConfig, generate
-    from kamalcli.synth.synthesize import load_models, steering_scorer
+    from kamalcli.models.loading import labels_of
+    from kamalcli.synth.synthesize import load_models
 
-    folders = walk_teachers(seed)
-    teachers = [SimpleNamespace(name=name, path=folder, labels=_labels(folder)) for name, folder in folders.items()]
+    teachers = [SimpleNamespace(name=name, path=folder, labels=labels_of(Path(folder)))
+                for name, folder in walk_teachers(seed).items()]
     lm, scorers = load_models(resolve_lm_source("smollm2-135m"), teachers, 64, "cpu")
+    return teachers, lm, scorers
+
+
+def generate_class(code, lm, scorer, column: int, label: str, class_index: int, candidates: int,
+                   strength: float, per_class: int, seed: int) -> tuple[list[str], float]:
+    """One batch of texts for one class with `code` (kamalcli.synth.steering, or an earlier copy of it):
+    (texts, seconds)."""
+    config = code.SteeringConfig(strength, 20, 0.9, LENGTH, "chunk", 8, candidates)
+    started = time.perf_counter()
+    texts, _ = code.generate(lm, scorer if strength else None, column, [DOMAIN_PROMPT.format(label=label)] * per_class,
+                                 config, seed=1000 * seed + class_index)
+    return texts, time.perf_counter() - started
+
+
+def generate_all(seed: int, per_class: int, names: list[str], out: Path) -> dict:
+    from kamalcli.synth import steering
+    from kamalcli.synth.synthesize import steering_scorer
+
+    teachers, lm, scorers = walk_models(seed)
     results = {name: {"texts": [], "teacher": [], "label": [], "seconds": 0.0} for name in names}
     for teacher in teachers:
         for class_index, label in enumerate(teacher.labels):
@@ -67,24 +86,16 @@ def generate_all(seed: int, per_class: int, names: list[str], out: Path) -> dict
             for name in names:
                 strength, candidates, contrast = CONFIGS[name]
                 scorer, column = steering_scorer(scorers, teachers, contrast)(unit)
-                config = SteeringConfig(strength, 20, 0.9, LENGTH, "chunk", 8, candidates)
                 print(f"{name}: {teacher.name}/{label}", file=sys.stderr, flush=True)
-                started = time.perf_counter()
-                texts, _ = generate(lm, scorer if strength else None, column,
-                                    [DOMAIN_PROMPT.format(label=label)] * per_class, config, seed=1000 * seed + class_index)
-                results[name]["seconds"] += time.perf_counter() - started
+                texts, seconds = generate_class(steering, lm, scorer, column, label, class_index, candidates, strength,
+                                                per_class, seed)
+                results[name]["seconds"] += seconds
                 results[name]["texts"] += texts
                 results[name]["teacher"] += [teacher.name] * len(texts)
                 results[name]["label"] += [label] * len(texts)
     out.write_text(json.dumps({"teachers": {t.name: [t.path, t.labels] for t in teachers}, "per_class": per_class,
                                "results": results}, indent=1))
     return json.loads(out.read_text())
-
-
-def _labels(folder: str) -> list[str]:
-    from kamalcli.models.loading import labels_of
-
-    return labels_of(Path(folder))
 
 
 def score(saved: dict, seed: int) -> str:
@@ -94,9 +105,7 @@ def score(saved: dict, seed: int) -> str:
     from kamalcli.probs import logsumexp, softmax
 
     teachers = saved["teachers"]
-    if not any(t["name"] == SUPERVISED for t in _source_teachers(seed)):
-        supervised_on_pool(seed)
-    judge = next(t for t in _source_teachers(seed) if t["name"] == SUPERVISED)
+    judge = _judge(seed)
     plain = saved["results"]["plain"]["seconds"] / len(saved["results"]["plain"]["texts"])
     rows, per_class = [], {}
     for name, r in saved["results"].items():
@@ -134,10 +143,16 @@ def score(saved: dict, seed: int) -> str:
     return table
 
 
-def _source_teachers(seed: int) -> list[dict]:
+def _judge(seed: int) -> dict:
+    """readme_walk's supervised reference (trained if missing): the base fine-tuned on the pool's gold labels."""
     from common import Workspace
 
-    return Workspace(WORK / f"walk-source-{seed}").json("teachers")
+    source = Workspace(WORK / f"walk-source-{seed}")
+    judge = next((t for t in source.json("teachers") if t["name"] == SUPERVISED), None)
+    if judge is None:
+        supervised_on_pool(seed)
+        judge = next(t for t in source.json("teachers") if t["name"] == SUPERVISED)
+    return judge
 
 
 def main() -> None:

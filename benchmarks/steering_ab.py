@@ -17,13 +17,13 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import DOMAIN_PROMPT, REPO  # noqa: E402
+from common import REPO  # noqa: E402
+from steering import generate_class, walk_models  # noqa: E402
 
 PER_CLASS = 8
 
@@ -45,17 +45,11 @@ def main() -> None:
     parser.add_argument("--before", default="a8677a5^")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    from readme_walk import teachers as walk_teachers
-
-    from kamalcli.models.bases import resolve_lm_source
-    from kamalcli.models.loading import labels_of
     from kamalcli.synth import steering as after
-    from kamalcli.synth.synthesize import load_models, steering_scorer
+    from kamalcli.synth.synthesize import steering_scorer
 
     versions = {"before": load_before(args.before), "after": after}
-    teachers = [SimpleNamespace(name=name, path=folder, labels=labels_of(Path(folder)))
-                for name, folder in walk_teachers(args.seed).items()]
-    lm, scorers = load_models(resolve_lm_source("smollm2-135m"), teachers, 64, "cpu")
+    teachers, lm, scorers = walk_models(args.seed)
     steer_by = steering_scorer(scorers, teachers, True)
     seconds: dict[tuple[str, str], float] = {}
     units = [(t, i, label) for t in teachers for i, label in enumerate(t.labels)][::2]
@@ -64,12 +58,9 @@ def main() -> None:
         order = list(versions) if turn % 2 == 0 else list(reversed(versions))
         for kind, strength in (("plain", 0.0), ("steered", 3.0)):
             for version in order:
-                module = versions[version]
-                config = module.SteeringConfig(strength, 20, 0.9, 32, "chunk", 8, 8)
-                started = time.perf_counter()
-                module.generate(lm, scorer if strength else None, column, [DOMAIN_PROMPT.format(label=label)] * PER_CLASS,
-                                config, seed=1000 * args.seed + index)
-                seconds[version, kind] = seconds.get((version, kind), 0.0) + time.perf_counter() - started
+                _, took = generate_class(versions[version], lm, scorer, column, label, index, 8, strength, PER_CLASS,
+                                         args.seed)
+                seconds[version, kind] = seconds.get((version, kind), 0.0) + took
     texts = PER_CLASS * len(units)
     for version in versions:
         plain, steered = seconds[version, "plain"] / texts, seconds[version, "steered"] / texts
