@@ -129,7 +129,7 @@ def test_report_and_amalgamate_name_the_same_score_for_the_same_reason(added, as
     assert student["options"]["score"] == "auto"  # what was asked stays recorded; what it became, beside it
     assert student["train"]["objective"]["score"] == decision["score"]
     assert student["train"]["objective"]["auto"] == {k: v for k, v in decision.items()
-                                                     if k not in ("teachers", "commit", "prior")}
+                                                     if k not in ("teachers", "commit", "prior", "unread")}
 
 
 def test_at_chance_nothing_is_recommended_and_each_figure_carries_its_rows(added, tmp_path):
@@ -162,9 +162,15 @@ def test_probe_and_amalgamate_fit_rmd_by_one_rule_and_say_so_alike(added, lm):
     assert line in probed.stderr.splitlines() and "circular" not in probed.output
     pool = [p for p in added.json("report")["probes"] if p["data"] == "pool"]
     assert {(p["rmd"]["source"], p["rmd"]["fit_data"]) for p in pool} == {("labelled", "synth")}
-    # on synth itself RMD's figures measure the fit: the report says so and score=auto does not count them
-    assert "On synth, rmd, rmd@L1, rmd, per-teacher rank" in added("report").stdout
-    assert "are fitted on these very rows: in-sample, not counted." in added("report").stdout
+    # on synth itself RMD's figures are cross-fitted: each fold scored by a fit on the others (the report says so)
+    report = added("report").stdout
+    # (2 rows of each label: 2 folds)
+    assert ("On synth, rmd, rmd@L1, rmd, per-teacher rank, prototype, rmd+prototype are fitted on these rows and "
+            "measured cross-fitted: each of 2 folds scored by a fit on the others.") in report, report
+    assert "in-sample, not counted" not in report and "generated rows of synth, 2-fold cross-fitted (95%" in report
+    synth = {s["score"]: s for s in added.json("report")["selection"] if s["data"] == "synth"}
+    assert synth["rmd"]["cross_fitted"] == 2 and not synth["rmd"]["in_sample"]
+    assert synth["entropy"]["cross_fitted"] is None
     result = added("amalgamate", "--method", "muki-hard", "--name", "r", "--option", "score=rmd", *added.train)
     assert line in result.stderr.splitlines()
     assert next(r for r in added.json("runs") if r["name"] == "r")["params"]["rmd_fit"] == "synth"

@@ -51,7 +51,9 @@ def test_the_readme_path_works_without_extra_flags(tmp_path, trained, assets, lm
         outputs[argv[0]] = kamal(*argv)
     assert "several transfer sets" not in outputs["amalgamate"].stderr
     assert "pool" in outputs["amalgamate"].stderr  # it says which transfer set it used
-    assert "prior=auto: the target is multiplied by the class probabilities" in outputs["amalgamate"].stderr
+    # the prior is decided by its check on the pool (with these tiny models its prototypes read nothing)
+    assert re.search(r"prior=auto: (none: )?the prototypes of synth in \S+ (do not )?read every teacher's rows of pool",
+                     outputs["amalgamate"].stderr), outputs["amalgamate"].stderr
     assert re.search(r"accuracy \d+\.\d%", outputs["eval"].stdout)
     assert outputs["predict"].stdout.count("\n") == 1
 

@@ -155,7 +155,8 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     assert 0 <= info["amal_mean_cosine_last_batch"] < 0.99
     assert kamal.json("eval", "strata", "--data", "test")["accuracy"] is not None
     out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args,
-                "--option", f"encoder={assets['encoder']}", "--option", "score=rmd+prototype").output
+                "--option", f"encoder={assets['encoder']}", "--option", "score=rmd+prototype",
+                "--option", "prior=prototype").output  # named: the tiny encoder's prototypes read nothing
     # the teachers were added (kamal has not their training rows): RMD is fitted on the generated text, and the
     # labels' prototypes come from it in the shared encoder
     assert "RMD fitted on synth, text kamal synthesize wrote for these teachers" in out
@@ -165,8 +166,9 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     assert "sentence vectors of synth's rows, one prototype per label" in out
     muki = next(s for s in kamal.json("students") if s["name"] == "muki")
     assert muki["train"]["objective"]["score"] == "rmd+prototype"
-    # and the prototypes' classifier multiplies the target (prior=auto), on vanilla-kd's soft target
-    assert "prior=auto: the target is multiplied by the class probabilities of a prototype classifier" in out
+    # and the prototypes' classifier multiplies the target, on vanilla-kd's soft target
+    assert ("the target is multiplied by the class probabilities of a prototype classifier over every label, built "
+            "from synth in") in out and "(prior=prototype: not checked)" in out
     assert muki["train"]["objective"]["prior"] == "prototype" and muki["train"]["objective"]["commit"] == 0
     assert next(r for r in kamal.json("runs") if r["name"] == "muki")["params"]["rmd_fit"] == "synth"  # for --resume
     # score=auto with no selection measured for these teachers takes no fitted score (issue 34), and fits nothing

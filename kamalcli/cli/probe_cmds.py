@@ -111,7 +111,7 @@ def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
     from kamalcli.report.gather import text_report
 
     with app.reader() as store:
-        gathered = text_report(store)
+        gathered = text_report(store, app.workspace)
     if as_json:
         emit_json(gathered)
         return
@@ -156,6 +156,10 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
         in_sample = [r["score"] for r in rows if r.get("in_sample")]
         if in_sample:
             click.echo(f"On {data}, {', '.join(in_sample)} are fitted on these very rows: in-sample, not counted.")
+        cross_fitted = [r for r in rows if r.get("cross_fitted")]
+        if cross_fitted:
+            click.echo(f"On {data}, {', '.join(r['score'] for r in cross_fitted)} are fitted on these rows and measured "
+                       f"cross-fitted: each of {cross_fitted[0]['cross_fitted']} folds scored by a fit on the others.")
         if best:
             only = "" if best["score"] in USABLE else " (measured only: no student selects with it)"
             click.echo(f"On {data}, {best['score']} selects the right teacher most often: {_figure(best)}{only}.")
@@ -168,6 +172,10 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
             click.echo(f"  muki-hard, {decision['prior']['line']}")
         if decision.get("commit"):
             click.echo(f"  muki-hard, {decision['commit']['line']}")
+        if decision.get("unread"):
+            click.echo("  Where the prototypes do not read the transfer rows (not checked yet: `kamal probe` checks "
+                       "the one transfer set, kamal amalgamate its --data; then no prior and no prototype score): "
+                       f"{decision['unread']['line']} {decision['unread']['commit']['line']}")
 
 
 def _figure(row: dict) -> str:

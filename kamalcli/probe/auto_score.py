@@ -11,8 +11,10 @@ name it): `decide_auto`. The rule:
    kamal synthesize wrote otherwise: generated rows are labelled by the class they were steered to, which is
    weaker evidence. Figures that cannot describe the student's score do not count: a fitted score (RMD, the
    prototype score) measured with another fit than the one the student will use (kamalcli/probe/fit_plan.py),
-   or on the very rows it was fitted on; any score measured on rows a teacher was trained on, or on a test set
-   (`add-data --role test`: measured on, never decided by).
+   or on the very rows it was fitted on unless cross-fitted (kamalcli/probe/cross_fit.py: each fold scored by a
+   fit on the others, which is how generated text, usually the only labelled text, can judge them); any score
+   measured on rows a teacher was trained on, or on a test set (`add-data --role test`: measured on, never
+   decided by).
 3. Among the scores that count, the best: real labelled figures before generated ones, then the higher accuracy
    (equal ones: PREFERENCE).
 4. None counts (or nothing was measured): the confidence kamal trusts without fitted data. Energy when the
@@ -59,6 +61,7 @@ class Figure:
     rows: int
     accuracy: float
     chance: float
+    cross_fitted: int | None = None  # folds: a fitted score measured on its own fit's rows, out of sample
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -76,13 +79,14 @@ class Figure:
     def words(self) -> str:
         low, high = self.interval
         kind = "generated" if self.generated else "labelled"
-        return (f"{_pct(self.accuracy)} of {self.rows:,} {kind} rows of {self.data} (95% interval "
+        folds = f", {self.cross_fitted}-fold cross-fitted" if self.cross_fitted else ""
+        return (f"{_pct(self.accuracy)} of {self.rows:,} {kind} rows of {self.data}{folds} (95% interval "
                 f"{100 * low:.1f}-{_pct(high)}; chance {_pct(self.chance)})")
 
     def as_json(self) -> dict:
         return {"score": self.score, "data": self.data, "generated": self.generated, "rows": self.rows,
                 "accuracy": self.accuracy, "interval": list(self.interval), "chance": self.chance,
-                "clear": self.clear}
+                "clear": self.clear, "cross_fitted": self.cross_fitted}
 
 
 @dataclass(frozen=True)
@@ -180,19 +184,23 @@ class Prior:
 
     data: str | None          # the labelled text the prototypes come from; None: no prior
     reason: str
+    check: dict | None = None  # kamalcli/probe/prior_check.py on the transfer rows; None: not made
 
     @property
     def line(self) -> str:
         return f"prior=auto: {'' if self.data else 'none: '}{self.reason}"
 
     def as_json(self) -> dict:
-        return {"kind": "prototype" if self.data else "none", "data": self.data, "line": self.line}
+        return {"kind": "prototype" if self.data else "none", "data": self.data, "line": self.line,
+                "check": self.check}
 
 
 def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str = "minilm-l6",
-                 encoder_error: str | None = None) -> Prior:
+                 encoder_error: str | None = None, check=None,
+                 unchecked: str = "checked against the transfer rows when a student trains") -> Prior:
     """The prototype prior where the fit plan has one labelled dataset holding every label (label_names: the
-    union's classes; canonical: a label's class) and the encoder is installed; else none, saying why."""
+    union's classes; canonical: a label's class), the encoder is installed and, when `check` (a PriorCheck of the
+    transfer rows) was made, the prototypes read every teacher's rows; else none, saying why."""
     dataset = plan.dataset
     if dataset is None:
         return Prior(None, "no labelled text for these teachers' labels (`kamal synthesize` writes some, or "
@@ -203,9 +211,13 @@ def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str 
         return Prior(None, f"{dataset.name} has no rows of {', '.join(missing)}.")
     if encoder_error:
         return Prior(None, f"{encoder_error}.")
+    if check is not None and not check.passed:
+        return Prior(None, f"{check.line(dataset.name, encoder)}.", check.as_json())
+    checked = f" ({check.line(dataset.name, encoder) if check is not None else unchecked})"
     return Prior(dataset.name, f"the target is multiplied by the class probabilities of a prototype classifier "
-                               f"over every label, built from {dataset.name} in {encoder}; it carries the "
-                               "selection, so commit=auto keeps vanilla-kd's soft target.")
+                               f"over every label, built from {dataset.name} in {encoder}{checked}; it carries the "
+                               "selection, so commit=auto keeps vanilla-kd's soft target.",
+                 check.as_json() if check is not None else None)
 
 
 def prior_commitment(data: str) -> Commitment:
@@ -248,24 +260,26 @@ def measured_figures(store, teachers, plan) -> list[Figure]:
         if score in FITTED and not _fitted_as_planned(store, row, teachers, plan):
             continue
         figures.append(Figure(score, dataset.name, is_generated(dataset), int(row["num_rows"]), float(row["accuracy"]),
-                              chance(dataset.label_counts, teachers)))
+                              chance(dataset.label_counts, teachers), row["cross_fitted"]))
     return figures
 
 
 def _fitted_as_planned(store, row, teachers, plan) -> bool:
-    """Every teacher's probe in this figure carries the fit the plan makes, fitted on other rows than these."""
+    """Every teacher's probe in this figure carries the fit the plan makes, fitted on other rows than these or
+    cross-fitted on these."""
     by_name = {t.name: t for t in teachers}
     for name, probe_id in zip(row["teachers"], row["probe_ids"]):
         fit = store.rmd_fit_of(probe_id)
-        if not plan.made(fit, by_name[name]) or fit.dataset_id == row["dataset_id"]:
+        if not plan.made(fit, by_name[name]) or (fit.dataset_id == row["dataset_id"] and not row["cross_fitted"]):
             return False
     return True
 
 
-def decide_auto(store, teachers, plan, available=USABLE) -> AutoDecision:
+def decide_auto(store, teachers, plan, available=USABLE, check=None) -> AutoDecision:
     """score=auto for these teachers: the one decision kamal amalgamate trains with and kamal probe and kamal
-    report name."""
-    return decide(measured_figures(store, teachers, plan), tuple(len(t.labels) for t in teachers), available)
+    report name (check: whether the prototypes read the transfer rows, readable_scores)."""
+    return decide(measured_figures(store, teachers, plan), tuple(len(t.labels) for t in teachers),
+                  readable_scores(check, available))
 
 
 def decide_commitment(store, teachers, plan, score: str) -> Commitment:
@@ -284,11 +298,14 @@ def _commitment_on(figures, score: str) -> Commitment:
     return commitment(score, figure, concatenated)
 
 
-def workspace_decisions(store) -> list[dict]:
+def workspace_decisions(store, workspace=None) -> list[dict]:
     """score=auto for every set of two or more registered sentence teachers with stored selection figures, and
-    muki-hard's commit=auto with that score, as kamal amalgamate decides them without --rmd-fit: what kamal report
-    names."""
+    muki-hard's prior=auto and commit=auto, as kamal amalgamate decides them without --rmd-fit: what kamal report
+    names. With the workspace, the prototypes are checked on the one transfer set the teachers were probed on, from
+    cached sentence vectors (kamal probe computes them; kamalcli/probe/prior_check.py)."""
     from kamalcli.probe.fit_plan import rmd_fit_plan
+    from kamalcli.probe.prior_check import only_transfer, transfer_check
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER
 
     teachers = {t.name: t for t in store.teachers()}
     sets: list[tuple[str, ...]] = []
@@ -300,11 +317,37 @@ def workspace_decisions(store) -> list[dict]:
     out = []
     for names in sets:
         group = [teachers[n] for n in names]
+        transfer = only_transfer(store, group) if workspace is not None else None
+        check = transfer_check(workspace, store, group, transfer, None, encoder=DEFAULT_ENCODER, device="cpu",
+                               encode=False) if transfer is not None else None
         figures = measured_figures(store, group, rmd_fit_plan(store, group))
-        decision = decide(figures, tuple(len(t.labels) for t in group))
+        decision = decide(figures, tuple(len(t.labels) for t in group), readable_scores(check))
         prior = decide_prior(rmd_fit_plan(store, group, one_dataset=True), store.label_space(group).names,
-                             store.label_aliases().canonical)
+                             store.label_aliases().canonical, check=check)
         commit = prior_commitment(prior.data) if prior.data else _commitment_on(figures, decision.score)
         out.append({"teachers": list(names), **decision.as_json(), "commit": commit.as_json(),
-                    "prior": prior.as_json()})
+                    "prior": prior.as_json(), "unread": None if check else _if_unread(figures, group, decision)})
     return out
+
+
+def readable_scores(check, available=USABLE) -> tuple[str, ...]:
+    """The scores score=auto may pick: without the prototype scores when the check (kamalcli/probe/
+    prior_check.py) found the prototypes do not read the transfer rows."""
+    from kamalcli.probe.scores import PROTOTYPE_SCORES
+
+    if check is None or check.passed:
+        return tuple(available)
+    return tuple(s for s in available if s not in PROTOTYPE_SCORES)
+
+
+def _if_unread(figures, group, decision: AutoDecision) -> dict | None:
+    """What kamal amalgamate decides instead when its check finds the prototypes do not read the transfer rows
+    (kamalcli/probe/prior_check.py, made where a student trains): no prior, no prototype score, commit=auto by
+    the score chosen without them. None when the prototypes play no part."""
+    from kamalcli.probe.scores import PROTOTYPE_SCORES
+
+    if decision.score not in PROTOTYPE_SCORES and not any(f.score in PROTOTYPE_SCORES for f in figures):
+        return None
+    without = decide(figures, tuple(len(t.labels) for t in group), tuple(s for s in USABLE if s not in PROTOTYPE_SCORES))
+    commit = _commitment_on(figures, without.score)
+    return {"score": without.score, "line": without.line, "commit": commit.as_json()}

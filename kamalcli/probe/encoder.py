@@ -38,11 +38,12 @@ def cls_vectors(workspace, source: str, texts: list[str], data_hash: str, max_le
 
 
 def sentence_vectors(workspace, source: str, texts: list[str], data_hash: str, max_length: int, device: str,
-                     say=print) -> np.ndarray:
-    """(rows, hidden) float32, unit length: the mean of `source`'s last layer over each row's tokens."""
+                     say=print, encode: bool = True) -> np.ndarray | None:
+    """(rows, hidden) float32, unit length: the mean of `source`'s last layer over each row's tokens.
+    encode=False: only from the cache (None when they were never computed)."""
     return _cached(workspace, source, texts, data_hash, max_length, device, "mean",
                    f"Cached the sentence vectors of {source} (frozen) on {len(texts)} rows; reused from now on.",
-                   say)
+                   say, encode)
 
 
 def text_vectors(source: str, texts: list[str], max_length: int = 32, device: str = "cpu") -> np.ndarray:
@@ -52,7 +53,8 @@ def text_vectors(source: str, texts: list[str], max_length: int = 32, device: st
     return _compute(resolve_model_source(source), texts, max_length, device, "mean")
 
 
-def _cached(workspace, source, texts, data_hash, max_length, device, pooling: str, line: str, say) -> np.ndarray:
+def _cached(workspace, source, texts, data_hash, max_length, device, pooling: str, line: str, say,
+            encode: bool = True) -> np.ndarray | None:
     from kamalcli.models.bases import resolve_model_source
     from kamalcli.files import publish_dir
 
@@ -64,6 +66,8 @@ def _cached(workspace, source, texts, data_hash, max_length, device, pooling: st
     path = final / "vectors.npy" if pooling != "cls" else final / "cls.npy"
     if path.is_file():
         return np.load(path, mmap_mode="r")
+    if not encode:
+        return None
     vectors = _compute(folder, texts, max_length, device, pooling)
     staging = workspace.tmp_dir() / prefix
     staging.mkdir(parents=True)

@@ -97,15 +97,9 @@ class PrototypeFit:
         return class_posterior(self.vectors, self.prototypes)[:, [self.names.index(label) for label in labels]]
 
 
-def prototype_scores(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
-                     say=print, canonical=lambda label: label) -> np.ndarray:
-    """(rows of dataset, teachers): the prototype score, prototypes from fit_dataset's labelled rows."""
-    return fit_prototypes(workspace, teachers, dataset, fit_dataset, encoder=encoder, max_length=max_length,
-                          device=device, say=say, canonical=canonical).shares()
-
-
 def fit_prototypes(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
-                   say=print, canonical=lambda label: label) -> PrototypeFit:
+                   say=print, canonical=lambda label: label, encode: bool = True) -> PrototypeFit | None:
+    """encode=False: from cached sentence vectors only (None when either set's were never computed)."""
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.encoder import sentence_vectors
 
@@ -115,10 +109,12 @@ def fit_prototypes(workspace, teachers, dataset, fit_dataset, *, encoder: str, m
         raise KamalError(f"{fit_dataset.name} has no labels: the prototype score needs labelled rows")
     fit_labels = [canonical(label) for label in fit_labels]
     texts, _ = load_dataset_rows(dataset)
-    fit_vectors = sentence_vectors(workspace, encoder, fit_texts, fit_dataset.content_hash, max_length, device, say)
-    prototypes = class_prototypes(fit_vectors, fit_labels, names)
-    vectors = sentence_vectors(workspace, encoder, texts, dataset.content_hash, max_length, device, say)
-    return PrototypeFit(names, owns, vectors, prototypes)
+    fit_vectors = sentence_vectors(workspace, encoder, fit_texts, fit_dataset.content_hash, max_length, device, say,
+                                   encode)
+    vectors = sentence_vectors(workspace, encoder, texts, dataset.content_hash, max_length, device, say, encode)
+    if fit_vectors is None or vectors is None:
+        return None
+    return PrototypeFit(names, owns, vectors, class_prototypes(fit_vectors, fit_labels, names))
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

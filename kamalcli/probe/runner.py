@@ -384,7 +384,7 @@ class Runner:
             for layer in sorted(shared)
         }
 
-    def _label_free_candidates(self, teachers, probes: dict, rows: dict, dataset) -> dict[str, dict]:
+    def _label_free_candidates(self, teachers, probes: dict, rows: dict, dataset, fold=None) -> dict[str, dict]:
         """energy, RMD compared per teacher (its percentile among its own rows), and the prototype score and its
         fusion with RMD (when every RMD was fitted on one labelled dataset)."""
         from kamalcli.probe.selection import per_teacher_rank
@@ -399,7 +399,7 @@ class Runner:
         if "rmd" in confidence:
             ranked = per_teacher_rank(confidence["rmd"])
             out["rmd, per-teacher rank"] = {t.id: ranked[:, i] for i, t in enumerate(teachers)}
-            prototype = self._prototype_scores(teachers, dataset, fits, probes)
+            prototype = self._prototype_scores(teachers, dataset, fits, probes, fold)
             if prototype is not None:
                 from kamalcli.probe.prototypes import confidence_columns
 
@@ -408,23 +408,30 @@ class Runner:
                 out.update({name: {t.id: c[:, i] for i, t in enumerate(teachers)} for name, c in columns.items()})
         return out
 
-    def _prototype_scores(self, teachers, dataset, fits, probes: dict) -> np.ndarray | None:
+    def _prototype_scores(self, teachers, dataset, fits, probes: dict, fold=None) -> np.ndarray | None:
         """The prototype score on dataset's rows, when every teacher's RMD was fitted on the same labelled
-        dataset (the prototypes come from it); None otherwise, or without the default encoder installed."""
-        from kamalcli.probe.prototypes import DEFAULT_ENCODER, prototype_scores
+        dataset (the prototypes come from it; cross-fitted by `fold` when that is dataset itself); None otherwise,
+        or without the default encoder installed."""
+        from kamalcli.probe.cross_fit import cross_fitted_shares
+        from kamalcli.probe.prototypes import DEFAULT_ENCODER, fit_prototypes
         from kamalcli.runtime import resolve_device
 
         if any(f is None or f.source != "labelled" for f in fits) or len({f.dataset_id for f in fits}) != 1:
             return None
+        fit_dataset = self.store.dataset_by_id(fits[0].dataset_id)
+        if fit_dataset.id == dataset.id and fold is None:
+            return None
         try:
-            return prototype_scores(self.workspace, teachers, dataset, self.store.dataset_by_id(fits[0].dataset_id),
-                                    encoder=DEFAULT_ENCODER,
-                                    max_length=max(p.options.get("max_length", 128) for p in probes.values()),
-                                    device=resolve_device(self.device), say=self.say,
-                                    canonical=lambda label: self._canonical([label])[0])
+            fit = fit_prototypes(self.workspace, teachers, dataset, fit_dataset, encoder=DEFAULT_ENCODER,
+                                 max_length=max(p.options.get("max_length", 128) for p in probes.values()),
+                                 device=resolve_device(self.device), say=self.say,
+                                 canonical=lambda label: self._canonical([label])[0])
         except KamalError as error:
             self.say(f"No prototype score in the selection table: {error}")
             return None
+        if fit_dataset.id == dataset.id:
+            return cross_fitted_shares(fit.vectors, self._gold(dataset), fit.names, fit.owns, fold)
+        return fit.shares()
 
     def _gold(self, dataset) -> list[str]:
         """A labelled dataset's gold labels, read once per run, each as the name of its class (kamal labels
@@ -481,7 +488,10 @@ class Runner:
 
     # -- (3) selection quality -------------------------------------------------------
     def measure_selection(self, dataset) -> dict | None:
-        """Per score: how often the most confident teacher owns the gold label; stored."""
+        """Per score: how often the most confident teacher owns the gold label; stored. A fitted score measured on
+        the rows it is fitted on is cross-fitted (kamalcli/probe/cross_fit.py)."""
+        from kamalcli.probe.cross_fit import fold_of, is_fitted_score
+
         if not dataset.has_labels:
             return None
         teachers, latest = self._selection_probes(dataset)
@@ -489,12 +499,45 @@ class Runner:
             return None
         space = self.store.label_space(teachers)
         rows = {t.id: self.store.probe_rows(latest[t.id].id) for t in teachers}
-        extra = {**self._rmd_other_layers(teachers, latest),
-                 **self._label_free_candidates(teachers, latest, rows, dataset)}
+        fits = {t.id: self.store.rmd_fit_of(latest[t.id].id) for t in teachers}
+        fitted_here = [t for t in teachers if getattr(fits[t.id], "dataset_id", None) == dataset.id]
+        fold = fold_of(self._gold(dataset)) if fitted_here else None
+        other_layers = self._rmd_other_layers(teachers, latest)
+        for teacher in fitted_here:
+            by_layer = self._cross_fitted_rmd(teacher, latest[teacher.id], fits[teacher.id], dataset, fold)
+            last = max(fits[teacher.id].layers)
+            cross_fitted = by_layer.pop(last).tolist() if by_layer else [None] * len(rows[teacher.id]["pred"])
+            rows[teacher.id] = {**rows[teacher.id], "rmd": cross_fitted}
+            for name, by_teacher in other_layers.items():
+                by_teacher[teacher.id] = -by_layer[int(name.split("@L")[1])] if by_layer else None
+        other_layers = {name: c for name, c in other_layers.items() if all(v is not None for v in c.values())}
+        extra = {**other_layers, **self._label_free_candidates(teachers, latest, rows, dataset, fold)}
         results = selection_table(self._gold(dataset), space, teachers, rows, extra)
+        if fitted_here:
+            for score, quality in results.items():
+                if is_fitted_score(score):
+                    quality["cross_fitted"] = int(fold.max()) + 1 if fold is not None else None
         self.store.replace_selection(dataset.id, self.options_key, [t.name for t in teachers],
                                      [latest[t.id].id for t in teachers], results)
         return results
+
+    def _cross_fitted_rmd(self, teacher, probe, fit, dataset, fold) -> dict:
+        """layer -> RMD of every row of dataset under fits on the other folds, kept as this fit keeps rows
+        (_fit); empty when it cannot be cross-fitted (a label with one row, a fold with too few kept rows)."""
+        from kamalcli.probe.cross_fit import cross_fitted_rmd
+
+        if fold is None or fit.source != "labelled":
+            return {}
+        arrays = ProbeArrays.load(Path(probe.path))
+        local = label_indices(self._gold(dataset), self._own(teacher))
+        keep = on_steered_class(arrays.probs(), local) if is_generated(dataset) else local >= 0
+        out = {}
+        for layer in fit.layers:
+            values = cross_fitted_rmd(arrays.features[layer], local, keep, fold)
+            if values is None:
+                return {}
+            out[layer] = values
+        return out
 
     def _selection_probes(self, dataset) -> tuple[list, dict]:
         """The teachers probed on dataset with this run's settings, and each one's newest such probe."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kamalcli.errors import KamalError
+from kamalcli.probe.cross_fit import is_fitted_score
 from kamalcli.probe.fit_plan import FitPlan, rmd_fit_plan
 from kamalcli.probe.runner import ProbeRequest, Runner, generated_fit_line
 from kamalcli.probe.teacher_weights import refresh_teachers
@@ -16,7 +17,8 @@ def selection_rows(store) -> list[dict]:
     """The stored selection figures with the keys `kamal report --json` and the HTML report show: each with the
     rows it rests on, its 95% Wilson interval and chance (the best constant selector, kamalcli/probe/auto_score.py;
     None for per-word figures or teachers no longer registered), and whether a fitted score (RMD, the prototype
-    score) was fitted on these very rows: in-sample, it measures the fit rather than the selection."""
+    score) was fitted on these very rows: in-sample, it measures the fit rather than the selection, unless it was
+    cross-fitted (kamalcli/probe/cross_fit.py: cross_fitted, its number of folds)."""
     from kamalcli.probe.auto_score import chance
     from kamalcli.probs import wilson_interval
 
@@ -40,13 +42,10 @@ def selection_rows(store) -> list[dict]:
                     "interval": list(wilson_interval(round(r["accuracy"] * r["num_rows"]), r["num_rows"]))
                     if measured else None,
                     "chance": chance(dataset.label_counts, group) if sentence else None,
-                    "in_sample": _fitted(r["score"]) and any(fitted_on[i] == r["dataset_id"] for i in r["probe_ids"])})
+                    "cross_fitted": r["cross_fitted"],
+                    "in_sample": is_fitted_score(r["score"]) and not r["cross_fitted"]
+                    and any(fitted_on[i] == r["dataset_id"] for i in r["probe_ids"])})
     return out
-
-
-def _fitted(score: str) -> bool:
-    """A selection row's score rests on an RMD fit or on prototypes (rmd, rmd@L3, rmd+prototype, ...)."""
-    return score.startswith("rmd") or "prototype" in score
 
 
 def selection_groups(rows: list[dict]) -> list[tuple[str, tuple[str, ...], list[dict], dict | None]]:
@@ -171,6 +170,9 @@ def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan,
     """Selection figures on every labelled dataset, then score=auto decided from them (the decision kamal
     amalgamate trains with) and its row added beside theirs."""
     from kamalcli.probe.auto_score import decide_auto
+    from kamalcli.probe.prior_check import only_transfer, transfer_check
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER
+    from kamalcli.runtime import resolve_device
 
     for dataset in datasets:
         result = runner.measure_selection(dataset)
@@ -178,7 +180,11 @@ def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan,
             summary["selection"][dataset.name] = result
     if len(teachers) < 2:
         return
-    decision = decide_auto(store, teachers, plan)
+    transfer = only_transfer(store, teachers)
+    given = plan.dataset.name if plan.source == "given" else None
+    check = transfer_check(runner.workspace, store, teachers, transfer, given, encoder=DEFAULT_ENCODER,
+                           device=resolve_device(runner.device)) if transfer is not None else None
+    decision = decide_auto(store, teachers, plan, check=check)
     summary["auto"] = decision.as_json()
     for dataset in datasets:
         if dataset.name in summary["selection"]:

@@ -134,7 +134,7 @@ def gather(workspace, store) -> Report:
         report.probes.append(teacher_on_data(teachers[teacher_id], dataset, probe, store.probe_rows(probe.id),
                                              gold_of[dataset_id], aliases))
     report.selection = selection_rows(store)
-    report.auto = workspace_decisions(store)
+    report.auto = workspace_decisions(store, workspace)
     for s in store.students():
         latest = store.latest_evaluations(s.id)
         report.students.append(StudentView(
@@ -181,7 +181,7 @@ def probe_rows(teachers: dict, datasets: dict, probes) -> list[dict]:
     return rows
 
 
-def text_report(store) -> dict:
+def text_report(store, workspace=None) -> dict:
     """What `kamal report` shows and its --json writes: probes, selection, what score=auto selects with per set
     of teachers (the decision kamal amalgamate trains with), rl-kd students' policies and generated datasets."""
     from kamalcli.data.text import is_generated
@@ -195,4 +195,4 @@ def text_report(store) -> dict:
     policies = policy_selection(store.students())
     generated = [{"data": d.name, **d.provenance} for d in datasets.values() if is_generated(d)]
     return {"probes": probe_rows(teachers, datasets, probes), "selection": selections,
-            "auto": workspace_decisions(store), "policy_selection": policies, "generated": generated}
+            "auto": workspace_decisions(store, workspace), "policy_selection": policies, "generated": generated}

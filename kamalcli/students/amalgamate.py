@@ -34,7 +34,7 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, resum
     train_config.validate()
     notes = [line for line in [transfer_note(store, request, dataset)] if line]
     if not token_level and reads_confidences(method, options):
-        request, fit_notes = _score_and_fit(store, request, options, teachers)
+        request, fit_notes = _score_and_fit(workspace, store, request, options, teachers, dataset, train_config)
         notes += fit_notes
     probe_request = _probe_request(store, request, method, training_options(options, request), teachers, dataset,
                                    train_config, token_level, say)
@@ -58,23 +58,31 @@ def _check_processes(method, token_level: bool) -> None:
         raise KamalError("token-level amalgamation runs on one process; run it without --nproc or torchrun")
 
 
-def _score_and_fit(store, request, options, teachers) -> tuple[AmalgamateRequest, list[str]]:
+def _score_and_fit(workspace, store, request, options, teachers, dataset, train_config
+                   ) -> tuple[AmalgamateRequest, list[str]]:
     """score=auto decided (kamalcli/probe/auto_score.py: the decision kamal report names) and what RMD or the
     prototypes are fitted on (kamalcli/probe/fit_plan.py: the rule kamal probe follows), both recorded in the
-    request, so every process and a resumed run train with the same. Returns the request and the lines that say so."""
+    request, so every process and a resumed run train with the same. Before both, whether the prototypes read the
+    transfer rows (kamalcli/probe/prior_check.py): if not, neither the prior nor a prototype score is used.
+    Returns the request and the lines that say so."""
     from kamalcli.probe.auto_score import FITTED
     from kamalcli.probe.fit_plan import rmd_fit_plan
     from kamalcli.probe.scores import PROTOTYPE_SCORES
 
     notes = []
+    check = None
+    if (_wants_prior(options, teachers) and request.prior is None) or (
+            getattr(options, "confidence_score", None) == "auto" and request.auto is None):
+        check = _prototype_check(workspace, store, teachers, dataset, request, options, train_config)
+    if _wants_prior(options, teachers) and request.prior is None:
+        request = replace(request, prior=_decide_prior(store, teachers, request, options, notes, check))
     if getattr(options, "confidence_score", None) == "auto" and request.auto is None:
-        decision = _decide_auto(store, teachers, rmd_fit_plan(store, teachers, request.rmd_fit), options, notes)
+        decision = _decide_auto(store, teachers, rmd_fit_plan(store, teachers, request.rmd_fit), options, notes,
+                                prototypes_read=check is None or check.passed)
         request = replace(request, auto=decision.as_json())
         notes.append(decision.line)
     score = training_options(options, request).confidence_score
     plan = rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=score in PROTOTYPE_SCORES)
-    if _wants_prior(options, teachers) and request.prior is None:
-        request = replace(request, prior=_decide_prior(store, teachers, request, options, notes))
     if _commits_by_skill(options) and request.gate is None:
         request = replace(request, gate=_gate(store, teachers, plan, score, notes, request.prior))
     if score not in FITTED:
@@ -91,7 +99,15 @@ def _wants_prior(options, teachers) -> bool:
             and all(t.task == "sequence" for t in teachers))
 
 
-def _decide_prior(store, teachers, request, options, notes: list[str]) -> dict:
+def _prototype_check(workspace, store, teachers, dataset, request, options, train_config):
+    """Whether the prototypes read the transfer rows (kamalcli/probe/prior_check.py), or None if not checkable."""
+    from kamalcli.probe.prior_check import transfer_check
+
+    return transfer_check(workspace, store, teachers, dataset, request.rmd_fit, encoder=options.encoder,
+                          device=train_config.device)
+
+
+def _decide_prior(store, teachers, request, options, notes: list[str], check) -> dict:
     """muki-hard prior=auto|prototype (kamalcli/probe/auto_score.py decide_prior): the prototypes' labelled text,
     recorded in the request so every process and a resumed run train with the same."""
     from kamalcli.models.bases import resolve_model_source
@@ -105,7 +121,10 @@ def _decide_prior(store, teachers, request, options, notes: list[str]) -> dict:
         encoder_error = str(error)
     space = store.label_space(teachers)
     prior = decide_prior(rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=True), space.names,
-                         store.label_aliases().canonical, options.encoder, encoder_error)
+                         store.label_aliases().canonical, options.encoder, encoder_error,
+                         check=check if options.prior == "auto" else None,
+                         unchecked="not checked against the transfer rows: kamal probe caches what it reads"
+                         if options.prior == "auto" else "prior=prototype: not checked")
     if options.prior == "prototype" and prior.data is None:
         raise KamalError(f"prior=prototype: {prior.reason}")
     notes.append(prior.line)
@@ -128,16 +147,18 @@ def _gate(store, teachers, plan, score: str, notes: list[str], prior: dict | Non
     return decision.as_json()
 
 
-def _decide_auto(store, teachers, fit_plan, options, notes: list[str]):
+def _decide_auto(store, teachers, fit_plan, options, notes: list[str], prototypes_read: bool = True):
     """decide_auto over the scores this student can compute: MC dropout unless mc=false; the prototype scores
-    with the encoder their figures were measured with, when it is installed."""
+    with the encoder their figures were measured with, when it is installed and its prototypes read the transfer
+    rows (prototypes_read: kamalcli/probe/prior_check.py)."""
     from kamalcli.models.bases import resolve_model_source
     from kamalcli.probe.auto_score import USABLE, decide_auto
     from kamalcli.probe.prototypes import DEFAULT_ENCODER
     from kamalcli.probe.scores import PROTOTYPE_SCORES
 
     available = tuple(s for s in USABLE if (s != "mc-dropout" or getattr(options, "mc", True))
-                      and (s not in PROTOTYPE_SCORES or getattr(options, "encoder", None) == DEFAULT_ENCODER))
+                      and (s not in PROTOTYPE_SCORES or (getattr(options, "encoder", None) == DEFAULT_ENCODER
+                                                         and prototypes_read)))
     decision = decide_auto(store, teachers, fit_plan, available)
     if decision.score in PROTOTYPE_SCORES:
         try:

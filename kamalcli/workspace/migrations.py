@@ -328,3 +328,11 @@ def m012_test_sets(db):
     # commit=auto, --select-by, --rmd-fit, --gold, kamal calibrate). Stored as role 'eval' with this flag, because
     # the role's CHECK cannot change without rebuilding the table. 0 for every dataset added before.
     db.execute("ALTER TABLE datasets ADD COLUMN test INTEGER NOT NULL DEFAULT 0 CHECK (test IN (0, 1))")
+
+
+@migration
+def m013_cross_fitted_selection(db):
+    # A fitted score's selection measured on the rows it is fitted on is cross-fitted: each fold of rows scored by
+    # a fit on the other folds (kamalcli/probe/cross_fit.py), the number of folds here. NULL for every figure
+    # stored before: those were in-sample and stay uncounted.
+    db.execute("ALTER TABLE selection ADD COLUMN cross_fitted INTEGER")
