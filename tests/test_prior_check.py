@@ -45,14 +45,33 @@ def test_a_teacher_the_prototypes_cannot_read_fails_the_check_and_one_given_no_r
     assert only_a.passed and only_a.teachers[1].rows == 0  # b given no rows: nothing known against it
 
 
-def test_the_prior_follows_the_check():
+def test_the_prior_follows_the_check_teacher_by_teacher():
     from kamalcli.probe.auto_score import decide_prior
+    from kamalcli.probe.prior_check import Agreement, PriorCheck
 
-    plan = SimpleNamespace(dataset=SimpleNamespace(name="synth", label_counts={"x": 2, "y": 2}))
-    failed = SimpleNamespace(passed=False, line=lambda data, encoder: f"{data} in {encoder} reads nothing",
-                             as_json=lambda: {"passed": False})
-    passed = SimpleNamespace(passed=True, line=lambda data, encoder: "read", as_json=lambda: {"passed": True})
-    assert decide_prior(plan, ["x", "y"], check=failed).line == "prior=auto: none: synth in minilm-l6 reads nothing."
-    assert decide_prior(plan, ["x", "y"], check=failed).as_json()["check"] == {"passed": False}
-    assert decide_prior(plan, ["x", "y"], check=passed).data == "synth"
-    assert "(checked against the transfer rows when a student trains)" in decide_prior(plan, ["x", "y"]).line
+    plan = SimpleNamespace(dataset=SimpleNamespace(name="synth", label_counts={"x": 2, "y": 2, "z": 2}))
+    read = Agreement("a", 100, 90, 0.5)       # clearly above chance agreement
+    unread = Agreement("b", 100, 52, 0.5)     # at chance
+    everywhere = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [read, read]))
+    assert everywhere.data == "synth" and everywhere.teachers is None and everywhere.carries_selection
+    within = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [read, unread]))
+    assert within.data == "synth" and within.teachers == ["a"] and not within.carries_selection
+    assert within.line.startswith("prior=auto: within the labels of a only, the target's classes are multiplied")
+    assert "b: 52.0% of 100 rows" in within.line and within.as_json()["teachers"] == ["a"]
+    nowhere = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [unread, unread]))
+    assert nowhere.data is None and nowhere.line.startswith("prior=auto: none: the prototypes of synth in minilm-l6 "
+                                                            "do not read every teacher's rows of pool")
+    assert nowhere.as_json()["check"]["passed"] is False
+    assert "(checked against the transfer rows when a student trains)" in decide_prior(plan, ["x", "y", "z"]).line
+
+
+def test_a_prior_within_some_teachers_reshapes_their_classes_and_keeps_every_teacher_s_mass():
+    from kamalcli.methods.muki import with_prior
+
+    target = np.array([[0.5, 0.1, 0.3, 0.1]])  # teacher a: columns 0-1, teacher b: columns 2-3
+    prior = np.array([[0.1, 0.4, 0.25, 0.25]])
+    # everywhere: 0.05, 0.04, 0.075, 0.025 over their sum 0.19
+    assert with_prior(target, prior) == pytest.approx(np.array([[0.263158, 0.210526, 0.394737, 0.131579]]), abs=1e-6)
+    # within a only: a's mass 0.6 split as 0.05 : 0.04; b's classes untouched
+    assert with_prior(target, prior, [np.array([0, 1])]) == pytest.approx(
+        np.array([[0.333333, 0.266667, 0.3, 0.1]]), abs=1e-6)

@@ -126,6 +126,21 @@ def hard_target(padded: np.ndarray, confidence: np.ndarray) -> np.ndarray:
     return padded[confidence.argmax(axis=1), np.arange(padded.shape[1])]
 
 
+def with_prior(target: np.ndarray, prior: np.ndarray, blocks: list[np.ndarray] | None = None) -> np.ndarray:
+    """target (n, |Y|) times the prior's class probabilities, renormalised. blocks (column indices of some
+    teachers' labels): only within each block, keeping its mass, so the prior reshapes those teachers' classes
+    and leaves the choice between teachers, and every other teacher's classes, to the target."""
+    if blocks is None:
+        out = target * prior
+        return out / out.sum(axis=1, keepdims=True)
+    out = target.copy()
+    for block in blocks:
+        mass = target[:, block].sum(axis=1, keepdims=True)
+        shaped = target[:, block] * prior[:, block]
+        out[:, block] = shaped / np.maximum(shaped.sum(axis=1, keepdims=True), 1e-30) * mass
+    return out
+
+
 def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
     from kamalcli.methods.losses import kl_loss
 
@@ -141,9 +156,10 @@ def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Object
         weights = None if weights is None else commit * weights + (1 - commit)
     info["commit"] = commit
     if outputs.prior is not None:  # a product of experts: the teachers' target times the prior's classes
-        target = target * outputs.prior
-        target = target / target.sum(axis=1, keepdims=True)
-        info["prior"] = "prototype"
+        blocks = None if outputs.prior_teachers is None else [
+            np.asarray(outputs.space.blocks[t]) for t in outputs.prior_teachers]
+        target = with_prior(target, outputs.prior, blocks)
+        info["prior"] = "prototype" + ("" if blocks is None else f" within {', '.join(outputs.prior_teachers)}")
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     info["chosen_share"] = dict(zip(outputs.teachers, share.round(4).tolist()))
     if weights is not None:

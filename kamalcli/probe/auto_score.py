@@ -185,14 +185,20 @@ class Prior:
     data: str | None          # the labelled text the prototypes come from; None: no prior
     reason: str
     check: dict | None = None  # kamalcli/probe/prior_check.py on the transfer rows; None: not made
+    teachers: list[str] | None = None  # the prior refines classes only within these teachers'; None: everywhere
 
     @property
     def line(self) -> str:
         return f"prior=auto: {'' if self.data else 'none: '}{self.reason}"
 
+    @property
+    def carries_selection(self) -> bool:
+        """A prior over every label also moves mass between teachers; one within some teachers' labels does not."""
+        return self.data is not None and self.teachers is None
+
     def as_json(self) -> dict:
         return {"kind": "prototype" if self.data else "none", "data": self.data, "line": self.line,
-                "check": self.check}
+                "check": self.check, "teachers": self.teachers}
 
 
 def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str = "minilm-l6",
@@ -212,7 +218,14 @@ def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str 
     if encoder_error:
         return Prior(None, f"{encoder_error}.")
     if check is not None and not check.passed:
-        return Prior(None, f"{check.line(dataset.name, encoder)}.", check.as_json())
+        read = [t.teacher for t in check.teachers if t.rows and t.clear]
+        if not read:
+            return Prior(None, f"{check.line(dataset.name, encoder)}.", check.as_json())
+        return Prior(dataset.name, f"within the labels of {', '.join(read)} only, the target's classes are "
+                                   f"multiplied by a prototype classifier built from {dataset.name} in {encoder}, "
+                                   f"keeping each teacher's mass, because {check.line(dataset.name, encoder)}; the "
+                                   "choice between teachers stays the selection score's (commit=auto decides it).",
+                     check.as_json(), read)
     checked = f" ({check.line(dataset.name, encoder) if check is not None else unchecked})"
     return Prior(dataset.name, f"the target is multiplied by the class probabilities of a prototype classifier "
                                f"over every label, built from {dataset.name} in {encoder}{checked}; it carries the "
@@ -324,7 +337,7 @@ def workspace_decisions(store, workspace=None) -> list[dict]:
         decision = decide(figures, tuple(len(t.labels) for t in group), readable_scores(check))
         prior = decide_prior(rmd_fit_plan(store, group, one_dataset=True), store.label_space(group).names,
                              store.label_aliases().canonical, check=check)
-        commit = prior_commitment(prior.data) if prior.data else _commitment_on(figures, decision.score)
+        commit = prior_commitment(prior.data) if prior.carries_selection else _commitment_on(figures, decision.score)
         out.append({"teachers": list(names), **decision.as_json(), "commit": commit.as_json(),
                     "prior": prior.as_json(), "unread": None if check else _if_unread(figures, group, decision)})
     return out

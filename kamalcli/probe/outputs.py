@@ -22,6 +22,7 @@ class TeacherOutputs:
     confidence: dict[str, np.ndarray]     # score name -> (n, N): higher = more sure the row is the teacher's
     rmd_sources: tuple = ()               # per teacher, where its RMD fit came from (score=auto reads it)
     prior: np.ndarray | None = None       # (n, |Y|): a class expert beside the teachers (muki-hard's prior), or none
+    prior_teachers: tuple[str, ...] | None = None  # the prior refines classes only within these teachers' labels; None: all
 
     @property
     def num_rows(self) -> int:

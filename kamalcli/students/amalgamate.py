@@ -139,7 +139,7 @@ def _gate(store, teachers, plan, score: str, notes: list[str], prior: dict | Non
     """muki-hard commit=auto (kamalcli/probe/auto_score.py decide_commitment; beside a prior, prior_commitment)."""
     from kamalcli.probe.auto_score import decide_commitment, prior_commitment
 
-    if prior and prior["data"]:
+    if prior and prior["data"] and prior.get("teachers") is None:  # a prior over every label carries the selection
         decision = prior_commitment(prior["data"])
     else:
         decision = decide_commitment(store, teachers, plan, score)

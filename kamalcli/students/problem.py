@@ -215,7 +215,8 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
         outputs = _with_prototype_score(request, options, outputs, prototypes, say)
     if request.prior and request.prior.get("data"):  # muki-hard's prior: the prototypes' class probabilities
         prior = prototypes(request.prior["data"], lambda _: None).prior(list(outputs.space.names))
-        outputs = replace(outputs, prior=prior)
+        within = request.prior.get("teachers")
+        outputs = replace(outputs, prior=prior, prior_teachers=tuple(within) if within is not None else None)
     return outputs, probes, runner
 
 

@@ -1,0 +1,78 @@
+"""The prior's check (kamalcli/probe/prior_check.py) on default-student workspaces, with what the labels say.
+
+For each workspace: the check as kamal amalgamate makes it on the transfer set (label-free: on the rows RMD gives
+each teacher, how often the prototype classifier names the teacher's predicted class, against chance agreement),
+then, from the transfer set's gold copy (read here only to measure), the same agreement on each teacher's true
+rows and how often the prototype classifier, the ensemble and their product name the gold label.
+
+    python benchmarks/prior_check.py benchmarks/work/quick-protocols-two-halves \
+        benchmarks/work/quick-protocols-cross-lingual [--data pool --gold pool-gold]
+
+Reads the workspaces' cached probes and sentence vectors (computing minilm-l6's if missing); trains nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kamalcli.data.text import load_dataset_rows  # noqa: E402
+from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
+from kamalcli.probe.fit_plan import rmd_fit_plan  # noqa: E402
+from kamalcli.probe.prior_check import agreement, transfer_check  # noqa: E402
+from kamalcli.probe.prototypes import DEFAULT_ENCODER, class_posterior, fit_prototypes  # noqa: E402
+from kamalcli.probs import softmax  # noqa: E402
+from kamalcli.workspace.folder import find_workspace  # noqa: E402
+from kamalcli.workspace.store import Store  # noqa: E402
+
+
+def measure(root: Path, data: str, gold_name: str) -> None:
+    workspace = find_workspace(str(root))
+    store = Store.open(workspace)
+    teachers, dataset = store.teachers(), store.dataset(data)
+    check = transfer_check(workspace, store, teachers, dataset, None, encoder=DEFAULT_ENCODER, device="cpu")
+    print(f"## {root.name}\n")
+    if check is None:
+        print("no check: no generated text for every label, or a teacher not probed on the transfer set\n")
+        return
+    print(f"label-free check: {'passed' if check.passed else 'failed'} (rows selected by {check.selected_by})")
+    for t in check.teachers:
+        print(f"- {t.words()}")
+    gold = load_dataset_rows(store.dataset(gold_name))[1]
+    names = [label for t in teachers for label in t.labels]
+    owner = np.repeat(np.arange(len(teachers)), [len(t.labels) for t in teachers])
+    gold_index = np.array([names.index(label) for label in gold])
+    fit = fit_prototypes(workspace, teachers, dataset, rmd_fit_plan(store, teachers, None, one_dataset=True).dataset,
+                         encoder=DEFAULT_ENCODER,
+                         max_length=64, device="cpu", say=lambda _: None)
+    prior = class_posterior(fit.vectors, fit.prototypes)[:, [fit.names.index(n) for n in names]]
+    probes = [max(store.probes(teacher_id=t.id, dataset_id=dataset.id), key=lambda p: p.id) for t in teachers]
+    logits = [np.asarray(store.probe_rows(p.id)["pred"]) for p in probes]
+    print(f"\non each teacher's true rows ({gold_name}, labels read only here):")
+    for i, t in enumerate(teachers):
+        mine = owner[gold_index] == i
+        a = agreement(t.name, prior[mine][:, owner == i].argmax(1), logits[i][mine], int((owner == i).sum()))
+        print(f"- {a.words()}")
+    ensemble = softmax(np.concatenate([ProbeArrays.load(Path(p.path)).logits for p in probes], axis=1), axis=1)
+    for label, target in (("prototype classifier", prior), ("ensemble", ensemble), ("ensemble x prior", ensemble * prior)):
+        print(f"- {label}: names the gold label on {100 * (target.argmax(1) == gold_index).mean():.1f}% of rows")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workspaces", nargs="+", type=Path)
+    parser.add_argument("--data", default="pool", help="the transfer set (default pool)")
+    parser.add_argument("--gold", default="pool-gold", help="the same rows with labels (default pool-gold)")
+    args = parser.parse_args()
+    for root in args.workspaces:
+        measure(root, args.data, args.gold)
+
+
+if __name__ == "__main__":
+    main()
