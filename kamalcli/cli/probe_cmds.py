@@ -173,9 +173,10 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
         if decision.get("commit"):
             click.echo(f"  muki-hard, {decision['commit']['line']}")
         if decision.get("unread"):
-            click.echo("  Where the prototypes do not read the transfer rows (not checked yet: `kamal probe` checks "
-                       "the one transfer set, kamal amalgamate its --data; then no prior and no prototype score): "
-                       f"{decision['unread']['line']} {decision['unread']['commit']['line']}")
+            click.echo("  Where the prototypes do not read some teacher's transfer rows (not checked here: `kamal "
+                       "probe` checks the transfer sets, kamal amalgamate its --data; then no prototype score, and "
+                       f"the prior only within the teachers they read): {decision['unread']['line']} "
+                       f"{decision['unread']['commit']['line']}")
 
 
 def _figure(row: dict) -> str:

@@ -314,10 +314,10 @@ def _commitment_on(figures, score: str) -> Commitment:
 def workspace_decisions(store, workspace=None) -> list[dict]:
     """score=auto for every set of two or more registered sentence teachers with stored selection figures, and
     muki-hard's prior=auto and commit=auto, as kamal amalgamate decides them without --rmd-fit: what kamal report
-    names. With the workspace, the prototypes are checked on the one transfer set the teachers were probed on, from
-    cached sentence vectors (kamal probe computes them; kamalcli/probe/prior_check.py)."""
+    names. With the workspace, the prototypes are checked on the transfer sets the teachers were probed on, from
+    cached sentence vectors (kamal probe computes them; kamalcli/probe/prior_check.py workspace_check)."""
     from kamalcli.probe.fit_plan import rmd_fit_plan
-    from kamalcli.probe.prior_check import only_transfer, transfer_check
+    from kamalcli.probe.prior_check import workspace_check
     from kamalcli.probe.prototypes import DEFAULT_ENCODER
 
     teachers = {t.name: t for t in store.teachers()}
@@ -330,9 +330,8 @@ def workspace_decisions(store, workspace=None) -> list[dict]:
     out = []
     for names in sets:
         group = [teachers[n] for n in names]
-        transfer = only_transfer(store, group) if workspace is not None else None
-        check = transfer_check(workspace, store, group, transfer, None, encoder=DEFAULT_ENCODER, device="cpu",
-                               encode=False) if transfer is not None else None
+        check = workspace_check(workspace, store, group, None, encoder=DEFAULT_ENCODER, device="cpu",
+                                encode=False) if workspace is not None else None
         figures = measured_figures(store, group, rmd_fit_plan(store, group))
         decision = decide(figures, tuple(len(t.labels) for t in group), readable_scores(check))
         prior = decide_prior(rmd_fit_plan(store, group, one_dataset=True), store.label_space(group).names,

@@ -139,12 +139,24 @@ def transfer_check(workspace, store, teachers, dataset, rmd_fit: str | None, *, 
                        [np.asarray(r["pred"]) for r in rows], selected, dataset.name, by)
 
 
-def only_transfer(store, teachers):
-    """The one transfer set every teacher has a cached probe on (what kamal probe and kamal report check);
-    None when there is none or several (kamal amalgamate checks its --data)."""
-    probed = [d for d in store.datasets(role="transfer")
-              if all(store.probes(teacher_id=t.id, dataset_id=d.id) for t in teachers)]
-    return probed[0] if len(probed) == 1 else None
+def workspace_check(workspace, store, teachers, rmd_fit: str | None, *, encoder: str, device: str,
+                    encode: bool) -> PriorCheck | None:
+    """What kamal probe and kamal report check: every transfer set the teachers were probed on, not counting
+    generated text (the prototypes' own); the first set's check when all agree on which teachers' rows the
+    prototypes read, else None (kamal amalgamate checks its --data)."""
+    from kamalcli.data.text import is_generated
+
+    sets = [d for d in store.datasets(role="transfer") if not is_generated(d)
+            and all(store.probes(teacher_id=t.id, dataset_id=d.id) for t in teachers)]
+    checks = [transfer_check(workspace, store, teachers, d, rmd_fit, encoder=encoder, device=device, encode=encode)
+              for d in sets]
+    if not checks or None in checks or len({_read(c) for c in checks}) > 1:
+        return None
+    return checks[0]
+
+
+def _read(check: PriorCheck) -> tuple[str, ...]:
+    return tuple(t.teacher for t in check.teachers if not t.rows or t.clear)
 
 
 def _fitted_as_planned(store, probe, plan, teacher) -> bool:

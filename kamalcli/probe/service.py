@@ -170,7 +170,7 @@ def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan,
     """Selection figures on every labelled dataset, then score=auto decided from them (the decision kamal
     amalgamate trains with) and its row added beside theirs."""
     from kamalcli.probe.auto_score import decide_auto
-    from kamalcli.probe.prior_check import only_transfer, transfer_check
+    from kamalcli.probe.prior_check import workspace_check
     from kamalcli.probe.prototypes import DEFAULT_ENCODER
     from kamalcli.runtime import resolve_device
 
@@ -180,10 +180,9 @@ def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan,
             summary["selection"][dataset.name] = result
     if len(teachers) < 2:
         return
-    transfer = only_transfer(store, teachers)
     given = plan.dataset.name if plan.source == "given" else None
-    check = transfer_check(runner.workspace, store, teachers, transfer, given, encoder=DEFAULT_ENCODER,
-                           device=resolve_device(runner.device)) if transfer is not None else None
+    check = workspace_check(runner.workspace, store, teachers, given, encoder=DEFAULT_ENCODER,
+                            device=resolve_device(runner.device), encode=True)
     decision = decide_auto(store, teachers, plan, check=check)
     summary["auto"] = decision.as_json()
     for dataset in datasets:

@@ -108,6 +108,9 @@ def selection_section(report: Report) -> str:
                 "names it." if decision["figure"] else "")
         commit = "".join(f" muki-hard, {escape(decision[key]['line'])}" for key in ("prior", "commit")
                          if decision.get(key))
+        if decision.get("unread"):
+            commit += (" Where the prototypes do not read some teacher's transfer rows (not checked here), "
+                       f"{escape(decision['unread']['line'])}")
         out.append(f'<p class="note">{escape(", ".join(decision["teachers"]))}: {escape(decision["line"])}{hint}'
                    f'{commit}</p>')
     return "".join(out)
