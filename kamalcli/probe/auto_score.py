@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kamalcli.probe.scores import SCORES
+from kamalcli.probe.scores import PROTOTYPE_SCORES, SCORES
 from kamalcli.probs import wilson_interval
 
 USABLE = tuple(s for s in SCORES if s != "auto")          # what a student can select with
@@ -218,7 +218,7 @@ def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str 
     if encoder_error:
         return Prior(None, f"{encoder_error}.")
     if check is not None and not check.passed:
-        read = [t.teacher for t in check.teachers if t.rows and t.clear]
+        read = check.read
         if not read:
             return Prior(None, f"{check.line(dataset.name, encoder)}.", check.as_json())
         return Prior(dataset.name, f"within the labels of {', '.join(read)} only, the target's classes are "
@@ -345,8 +345,6 @@ def workspace_decisions(store, workspace=None) -> list[dict]:
 def readable_scores(check, available=USABLE) -> tuple[str, ...]:
     """The scores score=auto may pick: without the prototype scores when the check (kamalcli/probe/
     prior_check.py) found the prototypes do not read the transfer rows."""
-    from kamalcli.probe.scores import PROTOTYPE_SCORES
-
     if check is None or check.passed:
         return tuple(available)
     return tuple(s for s in available if s not in PROTOTYPE_SCORES)
@@ -356,8 +354,6 @@ def _if_unread(figures, group, decision: AutoDecision) -> dict | None:
     """What kamal amalgamate decides instead when its check finds the prototypes do not read the transfer rows
     (kamalcli/probe/prior_check.py, made where a student trains): no prior, no prototype score, commit=auto by
     the score chosen without them. None when the prototypes play no part."""
-    from kamalcli.probe.scores import PROTOTYPE_SCORES
-
     if decision.score not in PROTOTYPE_SCORES and not any(f.score in PROTOTYPE_SCORES for f in figures):
         return None
     without = decide(figures, tuple(len(t.labels) for t in group), tuple(s for s in USABLE if s not in PROTOTYPE_SCORES))

@@ -513,10 +513,10 @@ class Runner:
         other_layers = {name: c for name, c in other_layers.items() if all(v is not None for v in c.values())}
         extra = {**other_layers, **self._label_free_candidates(teachers, latest, rows, dataset, fold)}
         results = selection_table(self._gold(dataset), space, teachers, rows, extra)
-        if fitted_here:
+        if fold is not None:
             for score, quality in results.items():
                 if is_fitted_score(score):
-                    quality["cross_fitted"] = int(fold.max()) + 1 if fold is not None else None
+                    quality["cross_fitted"] = int(fold.max()) + 1
         self.store.replace_selection(dataset.id, self.options_key, [t.name for t in teachers],
                                      [latest[t.id].id for t in teachers], results)
         return results

@@ -63,22 +63,25 @@ def _score_and_fit(workspace, store, request, options, teachers, dataset, train_
     """score=auto decided (kamalcli/probe/auto_score.py: the decision kamal report names) and what RMD or the
     prototypes are fitted on (kamalcli/probe/fit_plan.py: the rule kamal probe follows), both recorded in the
     request, so every process and a resumed run train with the same. Before both, whether the prototypes read the
-    transfer rows (kamalcli/probe/prior_check.py): if not, neither the prior nor a prototype score is used.
-    Returns the request and the lines that say so."""
+    transfer rows (kamalcli/probe/prior_check.py): where they do not read some teacher's, no prototype score, and
+    the prior only within the teachers they read. Returns the request and the lines that say so."""
     from kamalcli.probe.auto_score import FITTED
     from kamalcli.probe.fit_plan import rmd_fit_plan
+    from kamalcli.probe.prior_check import transfer_check
     from kamalcli.probe.scores import PROTOTYPE_SCORES
 
     notes = []
     check = None
-    if (_wants_prior(options, teachers) and request.prior is None) or (
-            getattr(options, "confidence_score", None) == "auto" and request.auto is None):
-        check = _prototype_check(workspace, store, teachers, dataset, request, options, train_config)
-    if _wants_prior(options, teachers) and request.prior is None:
+    decides_prior = _wants_prior(options, teachers) and request.prior is None
+    decides_auto = getattr(options, "confidence_score", None) == "auto" and request.auto is None
+    if decides_prior or decides_auto:
+        check = transfer_check(workspace, store, teachers, dataset, request.rmd_fit, encoder=options.encoder,
+                               device=train_config.device)
+    if decides_prior:
         request = replace(request, prior=_decide_prior(store, teachers, request, options, notes, check))
-    if getattr(options, "confidence_score", None) == "auto" and request.auto is None:
+    if decides_auto:
         decision = _decide_auto(store, teachers, rmd_fit_plan(store, teachers, request.rmd_fit), options, notes,
-                                prototypes_read=check is None or check.passed)
+                                check)
         request = replace(request, auto=decision.as_json())
         notes.append(decision.line)
     score = training_options(options, request).confidence_score
@@ -97,14 +100,6 @@ def _score_and_fit(workspace, store, request, options, teachers, dataset, train_
 def _wants_prior(options, teachers) -> bool:
     return (getattr(options, "prior", "none") != "none" and not options.paper
             and all(t.task == "sequence" for t in teachers))
-
-
-def _prototype_check(workspace, store, teachers, dataset, request, options, train_config):
-    """Whether the prototypes read the transfer rows (kamalcli/probe/prior_check.py), or None if not checkable."""
-    from kamalcli.probe.prior_check import transfer_check
-
-    return transfer_check(workspace, store, teachers, dataset, request.rmd_fit, encoder=options.encoder,
-                          device=train_config.device)
 
 
 def _decide_prior(store, teachers, request, options, notes: list[str], check) -> dict:
@@ -147,19 +142,18 @@ def _gate(store, teachers, plan, score: str, notes: list[str], prior: dict | Non
     return decision.as_json()
 
 
-def _decide_auto(store, teachers, fit_plan, options, notes: list[str], prototypes_read: bool = True):
+def _decide_auto(store, teachers, fit_plan, options, notes: list[str], check=None):
     """decide_auto over the scores this student can compute: MC dropout unless mc=false; the prototype scores
     with the encoder their figures were measured with, when it is installed and its prototypes read the transfer
-    rows (prototypes_read: kamalcli/probe/prior_check.py)."""
+    rows (check: kamalcli/probe/prior_check.py)."""
     from kamalcli.models.bases import resolve_model_source
     from kamalcli.probe.auto_score import USABLE, decide_auto
     from kamalcli.probe.prototypes import DEFAULT_ENCODER
     from kamalcli.probe.scores import PROTOTYPE_SCORES
 
     available = tuple(s for s in USABLE if (s != "mc-dropout" or getattr(options, "mc", True))
-                      and (s not in PROTOTYPE_SCORES or (getattr(options, "encoder", None) == DEFAULT_ENCODER
-                                                         and prototypes_read)))
-    decision = decide_auto(store, teachers, fit_plan, available)
+                      and (s not in PROTOTYPE_SCORES or getattr(options, "encoder", None) == DEFAULT_ENCODER))
+    decision = decide_auto(store, teachers, fit_plan, available, check)
     if decision.score in PROTOTYPE_SCORES:
         try:
             resolve_model_source(DEFAULT_ENCODER)
