@@ -11,7 +11,8 @@ the probe's run_teacher (K = 1; K = 16 exact, all 16 passes of every row; K =
 with random weights it says little), the one training loop with a muki-hard
 objective (amalgamate), and kamal's ONNX export, fp32 and converted to fp16,
 run by onnxruntime's CUDA provider (checked with session.get_providers()),
-against PyTorch at batch 1 and 32. The CPU figures use fewer rows (--cpu-rows)
+against PyTorch at batch 1 and 32, with onnxruntime's own default (TF32 on)
+beside kamal's full-fp32 session. The CPU figures use fewer rows (--cpu-rows)
 since a row costs the same whatever their number.
 """
 
@@ -153,6 +154,11 @@ def onnx_rows(device: str, runs: int, length: int) -> tuple[list[list[str]], lis
     if ort_device == "cuda" and not any("CUDAExecutionProvider" in name for name in sessions):
         notes.append("CUDAExecutionProvider is ABSENT or did not load: no ONNX figure on CUDA "
                      "(pip install onnxruntime-gpu and the CUDA and cuDNN it was built for)")
+    elif ort_device == "cuda":
+        # kamal's sessions run fp32 matrix products in full fp32 (TF32 moved scope scores by 0.2 on an H100):
+        # onnxruntime's own default, beside it, is what that costs.
+        sessions["onnxruntime fp32, TF32 on (onnxruntime's default, not kamal's)"] = ort.InferenceSession(
+            str(fp32), providers=[("CUDAExecutionProvider", {"use_tf32": 1}), "CPUExecutionProvider"])
     model = load_classifier(student).to(device)
     half = load_classifier(student).to(device).half() if device.startswith("cuda") else None
     engines = {"PyTorch fp32": model, **({"PyTorch fp16": half} if half is not None else {}), **sessions}
