@@ -6,9 +6,9 @@ then, from the transfer set's gold copy (read here only to measure), the same ag
 rows and how often the prototype classifier, the ensemble and their product name the gold label.
 
     python benchmarks/prior_check.py benchmarks/work/quick-protocols-two-halves \
-        benchmarks/work/quick-protocols-cross-lingual [--data pool --gold pool-gold]
+        benchmarks/work/quick-protocols-cross-lingual [--data pool --gold pool-gold] [--encoder BASE]
 
-Reads the workspaces' cached probes and sentence vectors (computing minilm-l6's if missing); trains nothing.
+Reads the workspaces' cached probes and sentence vectors (computing the encoder's if missing); trains nothing.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from kamalcli.workspace.folder import find_workspace  # noqa: E402
 from kamalcli.workspace.store import Store  # noqa: E402
 
 
-def measure(root: Path, data: str, gold_name: str) -> None:
+def measure(root: Path, data: str, gold_name: str, encoder: str = DEFAULT_ENCODER) -> None:
     workspace = find_workspace(str(root))
     store = Store.open(workspace)
     teachers, dataset = store.teachers(), store.dataset(data)
-    check = transfer_check(workspace, store, teachers, dataset, None, encoder=DEFAULT_ENCODER, device="cpu")
-    print(f"## {root.name}\n")
+    check = transfer_check(workspace, store, teachers, dataset, None, encoder=encoder, device="cpu")
+    print(f"## {root.name} (prototypes in {encoder})\n")
     if check is None:
         print("no check: no generated text for every label, or a teacher not probed on the transfer set\n")
         return
@@ -48,8 +48,7 @@ def measure(root: Path, data: str, gold_name: str) -> None:
     owner = np.repeat(np.arange(len(teachers)), [len(t.labels) for t in teachers])
     gold_index = np.array([names.index(label) for label in gold])
     fit = fit_prototypes(workspace, teachers, dataset, rmd_fit_plan(store, teachers, None, one_dataset=True).dataset,
-                         encoder=DEFAULT_ENCODER,
-                         max_length=64, device="cpu", say=lambda _: None)
+                         encoder=encoder, max_length=64, device="cpu", say=lambda _: None)
     prior = class_posterior(fit.vectors, fit.prototypes)[:, [fit.names.index(n) for n in names]]
     probes = [max(store.probes(teacher_id=t.id, dataset_id=dataset.id), key=lambda p: p.id) for t in teachers]
     logits = [np.asarray(store.probe_rows(p.id)["pred"]) for p in probes]
@@ -69,9 +68,10 @@ def main() -> None:
     parser.add_argument("workspaces", nargs="+", type=Path)
     parser.add_argument("--data", default="pool", help="the transfer set (default pool)")
     parser.add_argument("--gold", default="pool-gold", help="the same rows with labels (default pool-gold)")
+    parser.add_argument("--encoder", default=DEFAULT_ENCODER, help=f"the prototypes' encoder (default {DEFAULT_ENCODER})")
     args = parser.parse_args()
     for root in args.workspaces:
-        measure(root, args.data, args.gold)
+        measure(root, args.data, args.gold, args.encoder)
 
 
 if __name__ == "__main__":
