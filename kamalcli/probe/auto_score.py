@@ -351,9 +351,10 @@ def readable_scores(check, available=USABLE) -> tuple[str, ...]:
 
 
 def _if_unread(figures, group, decision: AutoDecision) -> dict | None:
-    """What kamal amalgamate decides instead when its check finds the prototypes do not read the transfer rows
-    (kamalcli/probe/prior_check.py, made where a student trains): no prior, no prototype score, commit=auto by
-    the score chosen without them. None when the prototypes play no part."""
+    """What kamal amalgamate decides instead when its check finds the prototypes do not read some teacher's
+    transfer rows (kamalcli/probe/prior_check.py, made where a student trains): no prototype score, the prior
+    only within the teachers they read (decide_prior), and commit=auto by the score chosen without them. None
+    when the prototypes play no part."""
     if decision.score not in PROTOTYPE_SCORES and not any(f.score in PROTOTYPE_SCORES for f in figures):
         return None
     without = decide(figures, tuple(len(t.labels) for t in group), tuple(s for s in USABLE if s not in PROTOTYPE_SCORES))
