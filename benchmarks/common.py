@@ -58,12 +58,14 @@ class Profile:
     batch_size: int = 32
 
     def train_args(self, epochs: int | None, seed: int = 0) -> list[str]:
-        """epochs None: kamal's default budget (steps with early stopping), named explicitly so that an
-        `epochs` left in an older workspace's kamal.toml does not apply."""
-        from kamalcli.train.loop import DEFAULT_STEPS
+        """epochs None: kamal's defaults, what a user gets: its step budget (with early stopping) and its
+        learning rate, named explicitly so that values left in an older workspace's kamal.toml do not apply.
+        Otherwise the profile's epochs and rate (teachers, the fixed-budget tables)."""
+        from kamalcli.settings import TRAIN
 
-        budget = ["--epochs", str(epochs)] if epochs is not None else ["--steps", str(DEFAULT_STEPS)]
-        return [*budget, "--lr", str(self.lr), "--batch-size", str(self.batch_size),
+        budget = ["--epochs", str(epochs)] if epochs is not None else ["--steps", str(TRAIN.steps)]
+        lr = self.lr if epochs is not None else TRAIN.lr
+        return [*budget, "--lr", str(lr), "--batch-size", str(self.batch_size),
                 "--max-length", str(self.max_length), "--seed", str(seed)]
 
 
@@ -195,8 +197,8 @@ class Bench:
                 extra: tuple[str, ...] = (), default_budget: bool = False) -> dict:
         """Train (unless done) and evaluate one student; returns its test metrics and training time.
 
-        extra: more `kamal amalgamate` arguments (e.g. --mc-exact). default_budget: kamal's step budget with
-        early stopping instead of the profile's epochs.
+        extra: more `kamal amalgamate` arguments (e.g. --mc-exact). default_budget: kamal's defaults (its step
+        budget with early stopping, its learning rate) instead of the profile's epochs and rate.
         """
         full = self.train_student(ws, name, method, teachers, seed, options, base, data, extra, default_budget)
         return self.student_metrics(ws, full)
@@ -223,11 +225,11 @@ class Bench:
 
     def supervised(self, seed: int, epochs: int | None = None, default_budget: bool = False) -> dict:
         """The upper bound: the same student fine-tuned on the labelled train split, same budget
-        (epochs: another budget, kept under its own name; default_budget: kamal's step budget)."""
+        (epochs: another budget, kept under its own name; default_budget: kamal's step budget and rate)."""
         ws = self.workspace("supervised")
         epochs = epochs or self.profile.student_epochs
         name = f"supervised-s{seed}" if epochs == self.profile.student_epochs else f"supervised-{epochs}ep-s{seed}"
-        name += "-budget" if default_budget else ""
+        name += "-defaults" if default_budget else ""  # "-budget": an earlier run, kamal's steps at the profile's rate
         all_labels = sorted({json.loads(line)["label"] for line in open(ws.root / "data" / "train.jsonl")})
         if not ws.has_teacher(name):
             self.say(f"supervised upper bound, seed {seed}")

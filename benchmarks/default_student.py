@@ -187,15 +187,15 @@ def withdraw_labelled(bench: Bench, setting: Setting, ws: Workspace) -> None:
 
 
 def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = True) -> dict:
-    """The same base fine-tuned on the transfer set's gold labels, kamal's step budget (default_budget False: the
-    profile's student epochs), in a workspace of its own (the students' never holds these labels while they
+    """The same base fine-tuned on the transfer set's gold labels at kamal's defaults (default_budget False: the
+    profile's student epochs and rate), in a workspace of its own (the students' never holds these labels while they
     train)."""
     if protocol == "muki":
         return bench.supervised(seed, default_budget=default_budget)
     ws = bench.workspace("supervised")
     rows = pool_rows(bench)
     _write(ws, "pool-gold", rows, True, "eval")
-    name = f"supervised-pool-s{seed}" + ("-budget" if default_budget else "")
+    name = f"supervised-pool-s{seed}" + (f"-{AT_DEFAULTS}" if default_budget else "")
     if not ws.has_teacher(name):
         bench.say(f"supervised on the pool's gold labels, seed {seed}")
         labels = sorted({r["label"] for r in rows})
@@ -205,8 +205,13 @@ def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = Tr
     return ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
 
 
+# in every student's and supervised reference's name: trained at kamal's defaults, its learning rate included
+# (earlier runs trained at the quick profile's 3e-4, under the names without it)
+AT_DEFAULTS = "defaults"
+
+
 def _name(protocol: str, label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{protocol} {label}".replace("'s", "")).strip("-")
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{protocol} {label} {AT_DEFAULTS}".replace("'s", "")).strip("-")
 
 
 def _fixed(ws: Workspace, teachers: tuple[str, ...], tests: list[str]) -> dict[str, dict[str, dict | None]]:
