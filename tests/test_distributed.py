@@ -257,7 +257,7 @@ def test_a_lost_rank_marks_the_run_interrupted_and_it_resumes_on_two(two_teacher
     assert proc.returncode != 0
     run = [r for r in two_teachers.json("runs") if r["name"] == "lost"]
     assert [r["status"] for r in run] == ["interrupted"], err
-    assert run[0]["error"] == "interrupted because a process of the job was lost", run[0]["error"]
+    assert run[0]["error"] == "interrupted because a process of the job was lost", (run[0]["error"], err)
     kamal_run(two_teachers.workspace, "amalgamate", "--resume", "lost", "--nproc", "2")
     assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "lost"] == ["interrupted", "done"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from html import escape
 from types import SimpleNamespace
 
 import numpy as np
@@ -75,3 +76,29 @@ def test_a_prior_within_some_teachers_reshapes_their_classes_and_keeps_every_tea
     # within a only: a's mass 0.6 split as 0.05 : 0.04; b's classes untouched
     assert with_prior(target, prior, [np.array([0, 1])]) == pytest.approx(
         np.array([[0.333333, 0.266667, 0.3, 0.1]]), abs=1e-6)
+
+
+def test_the_decision_where_the_prototypes_may_not_read_a_teacher_reads_alike_in_report_and_html(capsys):
+    from kamalcli.cli.probe_cmds import _selection_summaries
+    from kamalcli.probe.auto_score import Figure, _if_unread, decide
+    from kamalcli.report.gather import Report
+    from kamalcli.report.html import selection_section
+
+    # generated rows only: the prototype score leads; without it rmd does (both clearly above chance)
+    figures = [Figure("prototype", "synth", True, 200, 0.95, 0.5), Figure("rmd", "synth", True, 200, 0.80, 0.5),
+               Figure("entropy", "synth", True, 200, 0.52, 0.5)]
+    decision = decide(figures, (3, 3))
+    unread = _if_unread(figures, [SimpleNamespace(labels=("a", "b", "c"))] * 2, decision)
+    assert decision.score == "prototype" and unread["score"] == "rmd"
+    record = {"teachers": ["news", "money"], **decision.as_json(), "unread": unread}
+
+    _selection_summaries([], [record])
+    text = capsys.readouterr().out
+    expected = ("Where the prototypes do not read some teacher's transfer rows (not checked here: `kamal probe` "
+                f"checks the transfer sets, kamal amalgamate its --data; then no prototype score, and the prior only "
+                f"within the teachers they read): {unread['line']} {unread['commit']['line']}")
+    assert "  " + expected + "\n" in text and "rmd" in unread["line"]
+    row = {"data": "synth", "teachers": ["news", "money"], "options_key": "k", "score": "rmd", "accuracy": 0.8,
+           "auroc": None, "target_accuracy": None, "rows": 200}
+    page = selection_section(Report(workspace="w", teachers=[], selection=[row], auto=[record]))
+    assert escape(expected) in page

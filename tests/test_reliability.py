@@ -5,6 +5,7 @@ Each test is named by its item number in that issue.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -384,6 +385,47 @@ def test_item13_sigterm_stops_a_run_like_ctrl_c(two_teachers, assets, monkeypatc
     monkeypatch.setattr(loop, "train", real)
     two_teachers("amalgamate", "--resume", "cut")
     assert "cut" in {s["name"] for s in two_teachers.json("students")}
+
+
+@pytest.mark.parametrize("body, status, error", [
+    ("lost", "interrupted", "interrupted because a process of the job was lost"),
+    ("crash", "failed", "disk on fire"),
+    ("fine", "done", None),
+])
+def test_item13_a_sigterm_while_the_run_is_recorded_waits_for_the_record(body, status, error):
+    """torchrun SIGTERMs rank 0 as soon as another rank is lost, often while rank 0 writes that run's end."""
+    from kamalcli.distributed import RankLost
+    from kamalcli.workspace.runs import recorded_run
+
+    class Killed(Exception):
+        pass
+
+    def unhandled(signum, frame):  # what SIGTERM does without kamal's handler (but keeps pytest alive)
+        raise Killed
+
+    class Store:
+        finished = []
+
+        def start_run(self, *args):
+            return 7
+
+        def finish_run(self, run_id, status, result, error=None):
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-write
+            self.finished.append((run_id, status, error))
+
+    previous = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        raised = {"lost": KeyboardInterrupt, "crash": RuntimeError}.get(body)
+        with pytest.raises(raised) if raised else contextlib.nullcontext():
+            with recorded_run(Store(), "amalgamate", "lost", {}):
+                if body == "lost":
+                    raise RankLost("Connection closed by peer")
+                if body == "crash":
+                    raise RuntimeError("disk on fire")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert Store.finished == [(7, status, error)]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
 
 
 def test_item14_usage_errors_and_bad_files_are_one_line(kamal, tmp_path):

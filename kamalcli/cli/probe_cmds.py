@@ -148,7 +148,7 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
     """Per dataset and teachers: each score's selection quality and the best one, with the rows it rests on;
     then per set of teachers what score=auto selects with, the one recommendation (kamalcli/probe/auto_score.py:
     only a figure clearly above chance, labelled rows before generated ones)."""
-    from kamalcli.probe.auto_score import USABLE
+    from kamalcli.probe.auto_score import USABLE, unread_sentence
     from kamalcli.probe.service import selection_groups
 
     for data, names, rows, best in selection_groups(selections):
@@ -173,10 +173,7 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
         if decision.get("commit"):
             click.echo(f"  muki-hard, {decision['commit']['line']}")
         if decision.get("unread"):
-            click.echo("  Where the prototypes do not read some teacher's transfer rows (not checked here: `kamal "
-                       "probe` checks the transfer sets, kamal amalgamate its --data; then no prototype score, and "
-                       f"the prior only within the teachers they read): {decision['unread']['line']} "
-                       f"{decision['unread']['commit']['line']}")
+            click.echo(f"  {unread_sentence(decision['unread'])}")
 
 
 def _figure(row: dict) -> str:

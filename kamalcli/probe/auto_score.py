@@ -360,3 +360,10 @@ def _if_unread(figures, group, decision: AutoDecision) -> dict | None:
     without = decide(figures, tuple(len(t.labels) for t in group), tuple(s for s in USABLE if s not in PROTOTYPE_SCORES))
     commit = _commitment_on(figures, without.score)
     return {"score": without.score, "line": without.line, "commit": commit.as_json()}
+
+
+def unread_sentence(unread: dict) -> str:
+    """_if_unread's decision in words, as `kamal report` prints it and its HTML page shows it."""
+    return ("Where the prototypes do not read some teacher's transfer rows (not checked here: `kamal probe` checks "
+            "the transfer sets, kamal amalgamate its --data; then no prototype score, and the prior only within the "
+            f"teachers they read): {unread['line']} {unread['commit']['line']}")

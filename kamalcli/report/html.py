@@ -92,6 +92,7 @@ def calibration_section(report: Report) -> str:
 def selection_section(report: Report) -> str:
     if not report.selection:
         return _missing("No selection measured yet: `kamal probe` with a labelled dataset and two teachers or more.")
+    from kamalcli.probe.auto_score import unread_sentence
     from kamalcli.probe.service import selection_groups
 
     out = []
@@ -109,8 +110,7 @@ def selection_section(report: Report) -> str:
         commit = "".join(f" muki-hard, {escape(decision[key]['line'])}" for key in ("prior", "commit")
                          if decision.get(key))
         if decision.get("unread"):
-            commit += (" Where the prototypes do not read some teacher's transfer rows (not checked here), "
-                       f"{escape(decision['unread']['line'])}")
+            commit += f" {escape(unread_sentence(decision['unread']))}"
         out.append(f'<p class="note">{escape(", ".join(decision["teachers"]))}: {escape(decision["line"])}{hint}'
                    f'{commit}</p>')
     return "".join(out)

@@ -21,36 +21,66 @@ class RunRecord:
 
 @contextlib.contextmanager
 def recorded_run(store, kind: str, name: str | None, params: dict, workdir: str | None = None) -> Iterator[RunRecord]:
-    """Whatever happens inside, the run row ends in a final state (a crash leaves a record)."""
+    """Whatever happens inside, the run row ends in a final state (a crash leaves a record). A signal that
+    arrives while that state is written (torchrun's SIGTERM once a rank is lost, a second Ctrl-C) is set
+    aside: acted on, it would end the process between the run and its record."""
     record = RunRecord(store.start_run(kind, name, params, workdir))
-    received: list = []
-    try:
-        with _sigterm_as_sigint() as received:
+    with _sigterm_as_sigint() as signals:
+        try:
             yield record
-    except KeyboardInterrupt as e:
-        reason = getattr(e, "reason", None)
-        how = f"because {reason}" if reason else ("by SIGTERM" if received else "by the user (Ctrl-C)")
-        store.finish_run(record.id, "interrupted", record.result or None, f"interrupted {how}")
-        raise
-    except BaseException as e:
-        store.finish_run(record.id, "failed", record.result or None, first_line(e, 500))
-        raise
-    else:
-        store.finish_run(record.id, "done", record.result)
+        except KeyboardInterrupt as e:
+            reason = getattr(e, "reason", None)
+            how = f"because {reason}" if reason else ("by SIGTERM" if signals.received else "by the user (Ctrl-C)")
+            with signals.deferred():
+                store.finish_run(record.id, "interrupted", record.result or None, f"interrupted {how}")
+            raise
+        except BaseException as e:
+            with signals.deferred():
+                store.finish_run(record.id, "failed", record.result or None, first_line(e, 500))
+            raise
+        else:
+            with signals.deferred():
+                store.finish_run(record.id, "done", record.result)
+
+
+@dataclass
+class _Signals:
+    """What _sigterm_as_sigint saw (`received`: the SIGTERMs), and while `deferred`, the signals it set aside."""
+    received: list = field(default_factory=list)
+    set_aside: list = field(default_factory=list)
+    deferring: bool = False
+    main_thread: bool = True
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Inside, SIGINT and SIGTERM are noted and set aside: the run's final state is being written, and the
+        command ends right after (or goes on to its next step, where a new Ctrl-C stops it)."""
+        if not self.main_thread:
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: self.set_aside.append(signum))
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+            signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
-def _sigterm_as_sigint() -> Iterator[list]:
+def _sigterm_as_sigint() -> Iterator[_Signals]:
     """SIGTERM (kill, a shutdown) stops a run the way Ctrl-C does: whatever handles SIGINT now
-    (the training loop's finish-the-step-and-checkpoint handler, say) handles it. Yields a list
-    that is non-empty once SIGTERM came."""
-    received: list = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
+    (the training loop's finish-the-step-and-checkpoint handler, say) handles it. Yields what it saw."""
+    signals = _Signals(main_thread=threading.current_thread() is threading.main_thread())
+    if not signals.main_thread:
+        yield signals
         return
 
     def handler(signum, frame):
-        received.append(signum)
+        signals.received.append(signum)
+        if signals.deferring:
+            signals.set_aside.append(signum)
+            return
         on_interrupt = signal.getsignal(signal.SIGINT)
         if callable(on_interrupt):
             on_interrupt(signal.SIGINT, frame)
@@ -59,7 +89,7 @@ def _sigterm_as_sigint() -> Iterator[list]:
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
-        yield received
+        yield signals
     finally:
         signal.signal(signal.SIGTERM, previous)
 
