@@ -274,10 +274,27 @@ def run_setting(bench: Bench, title: str, setting: Setting, protocols: list[str]
         figures["supervised"][protocol] = {"accuracy": summarize([r[tests[0]]["accuracy"] for r in results]),
                                            "macro_f1": summarize([r[tests[0]]["macro_f1"] for r in results]),
                                            "per_test": _per_test(results, tests)}
+    figures["student_lr"] = trained_lr(ws, [s for students in trained.values() for s in students])
     figures["selection"] = [s for s in ws.json("report")["selection"]
                             if s["data"] in dict(SELECTION_DATA)]
     figures["section"] = section(title, bench.seeds, protocols, figures)
     return figures
+
+
+def trained_lr(ws: Workspace, students: list[str]) -> list[float]:
+    """The learning rates the students' runs record (one, unless students from other runs were mixed in)."""
+    runs = {r["name"]: r for r in ws.json("runs") if r["kind"] == "amalgamate" and r["status"] == "done"}
+    return sorted({runs[name]["params"]["train"]["lr"] for name in students if name in runs})
+
+
+def _rate(figures: dict) -> str:
+    """What the section says of the students' learning rate (runs before it was recorded: the profile's 3e-4)."""
+    from kamalcli.settings import TRAIN
+
+    rates = figures.get("student_lr")
+    if not rates:
+        return "students at the quick profile's lr 3e-4"
+    return "students at lr " + ", ".join(f"{r:g}" for r in rates) + (" (kamal's default)" if rates == [TRAIN.lr] else "")
 
 
 def _cells(summary: dict | None) -> list[str]:
@@ -325,7 +342,7 @@ def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -
     kept = "; ".join(f"{PROTOCOLS[p][2]}, {label}: {'/'.join(map(str, f['best_step']))} of "
                      f"{'/'.join(map(str, f['steps']))}" for p in protocols for label, *_ in ROWS
                      for f in [figures["students"][p][label]])
-    return (f"**{title}** (seeds {','.join(map(str, seeds))})\n\n" + markdown(headers, rows)
+    return (f"**{title}** (seeds {','.join(map(str, seeds))}; {_rate(figures)})\n\n" + markdown(headers, rows)
             + _per_test_table(protocols, figures, order) + "\n\nTargets. " + "; ".join(verdicts) + "."
             + "\n\nThe default student (last protocol, first seed) decided: " + " ".join(d for d in decided if d)
             + "\n\n" + selection + f"\n\nEarly stopping kept step (of steps trained): {kept}.")
