@@ -47,6 +47,9 @@ ROWS = [
     ("kamal's default, --init merge", "muki-hard", (), ("--init", "merge")),
 ]
 DEFAULT = ROWS[3][0]
+# In the names of kamal's default rows: the default target they were trained with (smooth=auto, new in this release: earlier
+# students, without smoothing, keep their names without it and are not reused)
+DEFAULT_TARGET = "sm10"  # smooth=auto, 10 neighbours (a short tag: names are at most 64 characters)
 MERGES = ("task-arithmetic", "ties", "average")
 GENERATED = "synth"
 GENERATED_PER_CLASS = 20
@@ -206,7 +209,8 @@ def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = Tr
 
 
 def _name(protocol: str, label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{protocol} {label} {AT_DEFAULTS}".replace("'s", "")).strip("-")
+    tag = f" {DEFAULT_TARGET}" if label.startswith("kamal's default") else ""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{protocol} {label} {AT_DEFAULTS}{tag}".replace("'s", "")).strip("-")
 
 
 def _fixed(ws: Workspace, teachers: tuple[str, ...], tests: list[str]) -> dict[str, dict[str, dict | None]]:

@@ -38,6 +38,15 @@ def _label_names_by_spelling(monkeypatch):
     monkeypatch.setattr(label_overlap, "DEFAULT_ENCODER", "/no-sentence-encoder-in-unit-tests")
 
 
+@pytest.fixture(autouse=True)
+def _no_smoothing_by_default(monkeypatch):
+    """muki-hard's smooth=auto changes every target beside a prior; here auto means none, so the tests of other
+    things keep their targets, and the tests of smoothing set it. The real-model tier runs the true default."""
+    from kamalcli.probe import neighbours
+
+    monkeypatch.setattr(neighbours, "SMOOTH_NEIGHBOURS", 0)
+
+
 class Kamal:
     """Runs `kamal ...` in-process (click's CliRunner) against one workspace."""
 

@@ -28,7 +28,8 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     assert [t["name"] for t in hard["teachers"]] == ["news", "money"]
     assert all(len(t["fingerprint"]) == 64 and t["probe_id"] for t in hard["teachers"])
     assert hard["options"] == {"paper": False, "mc": True, "reweight": True, "score": "auto", "calibrate": "none",
-                               "temperature": 1.0, "encoder": "minilm-l6", "commit": "auto", "prior": "auto"}
+                               "temperature": 1.0, "encoder": "minilm-l6", "commit": "auto", "prior": "auto",
+                               "smooth": "auto"}
     assert hard["train"]["objective"]["auto"]["score"] in ("mc-dropout", "entropy", "max-prob", "energy")
     assert hard["select_by"] == "transfer-loss" and hard["train"]["selected_by"] == "transfer-loss"
     assert hard["train"]["held_out_rows"] == 12 and hard["train"]["train_rows"] == 228
@@ -226,6 +227,30 @@ def test_prior_prototype_needs_labelled_text_for_every_label_and_auto_says_why_t
     assert "prior" not in student["train"]["objective"]
     run = next(r for r in two_teachers.json("runs") if r["name"] == "p" and r["status"] == "done")
     assert run["params"]["prior"]["kind"] == "none"  # recorded: a resumed run decides nothing again
+
+
+def test_smooth_averages_each_target_with_its_nearest_rows_and_says_so(two_teachers, assets, monkeypatch):
+    from kamalcli.probe import neighbours
+
+    monkeypatch.setattr(neighbours, "SMOOTH_NEIGHBOURS", 10)  # kamal's default (the tests' conftest turns it off)
+    encoder = ["--option", f"encoder={assets['encoder']}"]
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "auto", *encoder, *train_args(assets))
+    assert ("smooth=auto: none: it smooths only beside a prior over every label, whose check shows that "
+            f"{assets['encoder']} reads the transfer rows; smooth=K asks for K anyway.") in result.output
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "three", "--option", "smooth=3",
+                          *encoder, *train_args(assets))
+    assert ("smooth=3: each row's target is 50% its own and 50% the mean of its 3 nearest rows of pool in "
+            f"{assets['encoder']} (no labels; smooth=0 turns it off).") in result.output
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "off", "--option", "smooth=0",
+                          *encoder, *train_args(assets))
+    assert "smooth=" not in result.output
+    students = {s["name"]: s for s in two_teachers.json("students")}
+    assert students["three"]["train"]["objective"]["smooth"] == 3
+    assert "smooth" not in students["auto"]["train"]["objective"] and "smooth" not in students["off"]["train"]["objective"]
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "gone", "--option", "smooth=3",
+                          "--option", "encoder=/no/such/encoder", *train_args(assets), code=2)
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
+    assert "gone" not in {s["name"] for s in two_teachers.json("students")}
 
 
 def test_prototype_scores_need_labelled_text_for_every_label(two_teachers, assets):

@@ -152,6 +152,23 @@ def test_a_prior_multiplies_the_target_and_is_renormalised():
     assert "prior" not in m.build(outputs(), m.parse(["score=mc-dropout", "commit=0"])).info
 
 
+def test_smooth_averages_the_finished_target_over_each_rows_neighbours(monkeypatch):
+    from dataclasses import replace
+
+    from kamalcli.probe import neighbours as module
+    from kamalcli.probe.neighbours import smoothed
+
+    m = get_method("muki-hard")
+    plain = m.build(outputs(), m.parse(["score=mc-dropout", "commit=0"]))
+    neighbours = np.array([[1, 2], [0, 2], [1, 0]])
+    smooth = m.build(replace(outputs(), neighbours=neighbours), m.parse(["score=mc-dropout", "commit=0"]))
+    assert np.allclose(smooth.arrays["target"], smoothed(plain.arrays["target"], neighbours), atol=1e-6)
+    assert smooth.info["smooth"] == 2 and "smooth" not in plain.info
+    monkeypatch.setattr(module, "SMOOTH_NEIGHBOURS", 7)  # the tests' conftest turns auto off
+    assert m.parse([]).neighbours == 7 and m.parse(["smooth=4"]).neighbours == 4
+    assert m.parse(["smooth=0"]).neighbours == 0 and m.parse(["paper=true"]).neighbours == 0
+
+
 def test_margin():
     assert np.allclose(margin(np.array([[0.1, 0.9, 0.5], [0.4, 0.4, 0.0]])), [0.4, 0.0])
 
@@ -177,6 +194,9 @@ def test_option_errors(pairs, message):
     (["paper=true", "commit=0.5"], "paper=true is MUKI's hard target"),
     (["paper=true", "prior=prototype"], "paper=true is MUKI's hard target: drop prior="),
     (["prior=always"], "prior must be one of auto, prototype, none"),
+    (["smooth=-1"], "smooth must be a number of rows, 0 or more"),
+    (["smooth=some"], "smooth must be a number or auto"),
+    (["paper=true", "smooth=5"], "paper=true is MUKI's hard target: drop smooth="),
 ])
 def test_commit_errors(pairs, message):
     with pytest.raises(KamalError, match=message):

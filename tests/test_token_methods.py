@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kamalcli.data.entities import entity_scores, spans
+from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace
 from kamalcli.methods.losses import word_cross_entropy
 from kamalcli.methods.muki import MukiHardOptions, MukiSoftOptions, build_token_muki_hard, build_token_muki_soft
@@ -187,3 +188,10 @@ def test_token_selection_golden():
     assert s["hard_target_right_entity_words"] == 0.5
     assert s["hard_target_right_all_words"] == pytest.approx(2 / 3)
     assert s["score"] == "entropy"
+
+
+def test_token_level_muki_refuses_smooth_in_one_line():
+    out = _outputs([[0.1, 0.85, 0.05, 0.0, 0.0]], [[0.97, 0.02, 0.01]])
+    with pytest.raises(KamalError, match=r"^smooth= is not supported at token level \(drop it\)$"):
+        build_token_muki_hard(out, MukiHardOptions(score="entropy", smooth=3))
+    build_token_muki_hard(out, MukiHardOptions(score="entropy", smooth=0))  # off: nothing to refuse

@@ -79,12 +79,24 @@ Prior = Literal["auto", "prototype", "none"]
 class MukiHardOptions(MukiOptions):
     commit: float | Literal["auto"] = "auto"  # 1: MUKI's hard target, 0: vanilla-kd's; auto: 1 or 0, measured
     prior: Prior = "auto"  # prototype: the target times the prototype classifier's; auto: that where it can be built
+    smooth: int | Literal["auto"] = "auto"  # each row's target half averaged over this many nearest rows; 0: none
 
     def check(self) -> None:
         super().check()
         require(self.commit == "auto" or 0 <= self.commit <= 1, "commit must be between 0 and 1 (or auto)")
         require(not self.paper or self.commit == "auto", "paper=true is MUKI's hard target: drop commit=")
         require(not self.paper or self.prior in ("auto", "none"), "paper=true is MUKI's hard target: drop prior=")
+        require(self.smooth == "auto" or self.smooth >= 0, "smooth must be a number of rows, 0 or more (or auto)")
+        require(not self.paper or self.smooth in ("auto", 0), "paper=true is MUKI's hard target: drop smooth=")
+
+    @property
+    def neighbours(self) -> int:
+        """How many nearest transfer rows each row's target is averaged with (smooth=auto: 10; paper=true: none)."""
+        from kamalcli.probe.neighbours import SMOOTH_NEIGHBOURS
+
+        if self.paper:
+            return 0
+        return SMOOTH_NEIGHBOURS if self.smooth == "auto" else int(self.smooth)
 
     @property
     def committed(self) -> float:
@@ -160,6 +172,11 @@ def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Object
             np.asarray(outputs.space.blocks[t]) for t in outputs.prior_teachers]
         target = with_prior(target, outputs.prior, blocks)
         info["prior"] = "prototype" + ("" if blocks is None else f" within {', '.join(outputs.prior_teachers)}")
+    if outputs.neighbours is not None:  # label-free: rows that read alike outvote each other's picking errors
+        from kamalcli.probe.neighbours import smoothed
+
+        target = smoothed(target, outputs.neighbours)
+        info["smooth"] = int(outputs.neighbours.shape[1])
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     info["chosen_share"] = dict(zip(outputs.teachers, share.round(4).tolist()))
     if weights is not None:
@@ -188,6 +205,8 @@ def _selection_score(options) -> bool:
         raise KamalError("calibrate= is not supported at token level (drop it)")
     if getattr(options, "commit", "auto") not in ("auto", 1):
         raise KamalError("commit= is not supported at token level (drop it)")
+    if getattr(options, "smooth", "auto") not in ("auto", 0):
+        raise KamalError("smooth= is not supported at token level (drop it)")
     if score in ("auto", "mc-dropout"):
         return True
     if score == "entropy":

@@ -23,6 +23,7 @@ class TeacherOutputs:
     rmd_sources: tuple = ()               # per teacher, where its RMD fit came from (score=auto reads it)
     prior: np.ndarray | None = None       # (n, |Y|): a class expert beside the teachers (muki-hard's prior), or none
     prior_teachers: tuple[str, ...] | None = None  # the prior refines classes only within these teachers' labels; None: all
+    neighbours: np.ndarray | None = None  # (n, k): each row's nearest rows in a sentence encoder (muki-hard's smooth)
 
     @property
     def num_rows(self) -> int:

@@ -217,7 +217,29 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
         prior = prototypes(request.prior["data"], lambda _: None).prior(list(outputs.space.names))
         within = request.prior.get("teachers")
         outputs = replace(outputs, prior=prior, prior_teachers=tuple(within) if within is not None else None)
+    if getattr(options, "neighbours", 0):
+        outputs = _with_neighbours(workspace, request, options, outputs, dataset, train_config, say)
     return outputs, probes, runner
+
+
+def _with_neighbours(workspace, request, options, outputs, dataset, train_config, say):
+    """muki-hard's smooth: each transfer row's nearest rows in the prototype encoder's sentence vectors
+    (kamalcli/probe/neighbours.py says when smooth=auto takes none, and why)."""
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.probe.encoder import sentence_vectors
+    from kamalcli.probe.neighbours import OWN_SHARE, nearest_rows, neighbours_for
+
+    texts, _ = load_dataset_rows(dataset)
+    k, why_not = neighbours_for(options.smooth, options.neighbours, request.prior, len(texts),
+                                len(outputs.space.names), dataset.name, options.encoder)
+    if not k:
+        say(why_not)
+        return outputs
+    vectors = sentence_vectors(workspace, options.encoder, texts, dataset.content_hash, train_config.max_length,
+                               train_config.device, say)
+    say(f"smooth={options.smooth}: each row's target is {OWN_SHARE:.0%} its own and {1 - OWN_SHARE:.0%} the mean of its "
+        f"{k} nearest rows of {dataset.name} in {options.encoder} (no labels; smooth=0 turns it off).")
+    return replace(outputs, neighbours=nearest_rows(vectors, k))
 
 
 def _wants_prototypes(options, request, outputs) -> bool:

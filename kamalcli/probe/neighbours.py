@@ -1,0 +1,59 @@
+"""Each transfer row's nearest rows in a sentence encoder's space, and a target averaged over them.
+
+muki-hard's `smooth` (docs/methods.md): a row's target is half its own and half
+the mean of its k nearest rows' targets. The teachers' pick errs row by row;
+rows that read alike mostly share a class, so the neighbours outvote many of
+those errors without a label (a one-step label propagation, Zhou et al. 2004).
+That holds only where the encoder reads the rows, which is what the prior's
+check (kamalcli/probe/prior_check.py) measures, so smooth=auto follows it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SMOOTH_NEIGHBOURS = 10  # smooth=auto
+OWN_SHARE = 0.5         # the row's own target's share; the neighbours' mean has the rest
+
+
+def neighbours_for(smooth: int | str, neighbours: int, prior: dict | None, rows: int, labels: int,
+                   data: str, encoder: str) -> tuple[int, str | None]:
+    """How many neighbours each row's target is averaged with, and for smooth=auto the line that says why none.
+    prior: the run's recorded prior decision (kamalcli/probe/auto_score.py Prior.as_json)."""
+    if smooth != "auto":
+        return neighbours, None
+    if not (prior and prior.get("data")):
+        return 0, ("smooth=auto: none: it smooths only beside a prior over every label, whose check shows that "
+                   f"{encoder} reads the transfer rows; smooth=K asks for K anyway.")
+    if prior.get("teachers") is not None:
+        return 0, (f"smooth=auto: none: the prior's check found that {encoder} does not read every teacher's rows of "
+                   f"{data}; smooth=K asks for K anyway.")
+    if rows < 2 * neighbours * labels:  # a row's neighbours would rarely share its class
+        return 0, (f"smooth=auto: none: {rows} rows of {data} are too few for {neighbours} neighbours a row over "
+                   f"{labels} labels (at least {2 * neighbours * labels}); smooth=K asks for K anyway.")
+    return neighbours, None
+
+
+def nearest_rows(vectors: np.ndarray, k: int, chunk: int = 512) -> np.ndarray:
+    """(n, min(k, n - 1)) indices of each row's most cosine-similar other rows, nearest first. vectors: unit length."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    n = vectors.shape[0]
+    k = min(k, n - 1)
+    out = np.empty((n, max(k, 0)), dtype=np.int64)
+    if k <= 0:
+        return out
+    for start in range(0, n, chunk):  # (chunk, n) similarities at a time: a large pool never holds n x n
+        stop = min(start + chunk, n)
+        similarity = vectors[start:stop] @ vectors.T
+        similarity[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # a row is not its own neighbour
+        top = np.argpartition(-similarity, k - 1, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(similarity, top, axis=1), axis=1, kind="stable")
+        out[start:stop] = np.take_along_axis(top, order, axis=1)
+    return out
+
+
+def smoothed(target: np.ndarray, neighbours: np.ndarray, own_share: float = OWN_SHARE) -> np.ndarray:
+    """(n, |Y|): own_share x each row's target + the rest x the mean of its neighbours' targets (rows still sum to 1)."""
+    if neighbours.shape[1] == 0:
+        return target
+    return own_share * target + (1 - own_share) * target[neighbours].mean(axis=1)
