@@ -218,25 +218,29 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
         within = request.prior.get("teachers")
         outputs = replace(outputs, prior=prior, prior_teachers=tuple(within) if within is not None else None)
     if getattr(options, "neighbours", 0):
-        outputs = _with_neighbours(workspace, request, options, outputs, dataset, train_config, say)
+        fit = fits.get(request.prior["data"]) if request.prior and request.prior.get("data") else None
+        outputs = _with_neighbours(workspace, request, options, outputs, dataset, train_config, say, fit)
     return outputs, probes, runner
 
 
-def _with_neighbours(workspace, request, options, outputs, dataset, train_config, say):
-    """muki-hard's smooth: each transfer row's nearest rows in the prototype encoder's sentence vectors
-    (kamalcli/probe/neighbours.py says when smooth=auto takes none, and why)."""
-    from kamalcli.data.text import load_dataset_rows
-    from kamalcli.probe.encoder import sentence_vectors
+def _with_neighbours(workspace, request, options, outputs, dataset, train_config, say, fit=None):
+    """muki-hard's smooth: each transfer row's nearest rows in the prototype encoder's sentence vectors, the prior's
+    (fit) where it has them (kamalcli/probe/neighbours.py says when smooth=auto takes none, and why)."""
     from kamalcli.probe.neighbours import OWN_SHARE, nearest_rows, neighbours_for
 
-    texts, _ = load_dataset_rows(dataset)
-    k, why_not = neighbours_for(options.smooth, options.neighbours, request.prior, len(texts),
+    k, why_not = neighbours_for(options.smooth, options.neighbours, request.prior, outputs.num_rows,
                                 len(outputs.space.names), dataset.name, options.encoder)
     if not k:
         say(why_not)
         return outputs
-    vectors = sentence_vectors(workspace, options.encoder, texts, dataset.content_hash, train_config.max_length,
-                               train_config.device, say)
+    if fit is not None:
+        vectors = fit.vectors
+    else:
+        from kamalcli.data.text import load_dataset_rows
+        from kamalcli.probe.encoder import sentence_vectors
+
+        vectors = sentence_vectors(workspace, options.encoder, load_dataset_rows(dataset)[0], dataset.content_hash,
+                                   train_config.max_length, train_config.device, say)
     say(f"smooth={options.smooth}: each row's target is {OWN_SHARE:.0%} its own and {1 - OWN_SHARE:.0%} the mean of its "
         f"{k} nearest rows of {dataset.name} in {options.encoder} (no labels; smooth=0 turns it off).")
     return replace(outputs, neighbours=nearest_rows(vectors, k))
