@@ -14,7 +14,8 @@ README's "No text?" step first: `kamal synthesize --per-class N` with a prompt n
 serves the selection scores; the pool stays the transfer set). Then every score's selection accuracy on the
 test rows and on the generated rows.
 
-    python benchmarks/readme_walk.py [--synthesize N [--no-contrast] [--chunk-candidates K]] [--seed S]
+    python benchmarks/readme_walk.py [--synthesize N [--no-contrast] [--chunk-candidates K] [--later-candidates L]]
+                                     [--seed S]
                                      [--ablation commit1|no-prior|uhc|paper|init-merge|synth-only|...]
                                      [--no-students | --default-only]
 
@@ -33,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import DEFAULT_DATA, HALF_A, HALF_B, RESULTS, WORK, Workspace, load_split, sample, write_rows  # noqa: E402
+
+from kamalcli.synth.synthesize import LATER_CANDIDATES  # noqa: E402
 
 BASE, LENGTH = "minilm-l3", 64
 # (name, method, amalgamate's other arguments)
@@ -119,16 +122,18 @@ def supervised_on_pool(seed: int) -> dict:
 
 
 def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = (), contrast: bool = True,
-         candidates: int = 8, students: bool = True, default_only: bool = False) -> dict:
+         candidates: int = 8, students: bool = True, default_only: bool = False, later: int = 8) -> dict:
     folders = teachers(seed)
-    # kamal's defaults (--contrast, 8 candidates) keep the plain name
-    steering = "" if not synthesize else ("" if contrast else "-paper") + ("" if candidates == 8 else f"-x{candidates}")
+    # --contrast and 8 candidates for every chunk (kamal's defaults before --later-candidates) keep the plain name
+    steering = "" if not synthesize else (("" if contrast else "-paper") + ("" if candidates == 8 else f"-x{candidates}")
+                                          + ("" if later == candidates else f"-later{later}"))
     ws = with_teachers_and_data(WORK / f"walk-{seed}-synth{synthesize}{steering}{tag}", folders, seed)
     known = {d["name"] for d in ws.json("data")}
     if synthesize and "synth" not in known:
         ws("synthesize", "--per-class", synthesize, "--name", "synth", "--prompt",
            "Write a one-sentence description of a Debian software package about {label}.",
-           "--chunk-candidates", candidates, "--contrast" if contrast else "--no-contrast", quiet=True)
+           "--chunk-candidates", candidates, "--later-candidates", later, "--contrast" if contrast else "--no-contrast",
+           quiet=True)
     timings = {}
     started = time.perf_counter()
     ws("probe", quiet=True)
@@ -171,11 +176,14 @@ def main() -> None:
     parser.add_argument("--no-contrast", action="store_true",
                         help="synthesize with --no-contrast (each text steered by its own teacher alone, as the paper)")
     parser.add_argument("--chunk-candidates", type=int, default=8, help="synthesize --chunk-candidates")
+    parser.add_argument("--later-candidates", type=int, default=LATER_CANDIDATES,
+                        help="synthesize --later-candidates (kamal's default)")
     parser.add_argument("--no-students", action="store_true", help="stop after the probe and the baselines")
     parser.add_argument("--default-only", action="store_true", help="of the students, the default (and the ablations)")
     args = parser.parse_args()
     result = walk(args.seed, args.synthesize, args.tag, tuple(args.ablation), contrast=not args.no_contrast,
-                  candidates=args.chunk_candidates, students=not args.no_students, default_only=args.default_only)
+                  candidates=args.chunk_candidates, students=not args.no_students, default_only=args.default_only,
+                  later=args.later_candidates)
     lines = [f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |",
              "|---|---|---|"]
     lines += [f"| {name} | {100 * m['accuracy']:.1f} | {100 * m['macro_f1']:.1f} |" for name, m in result["rows"].items()]

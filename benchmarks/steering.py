@@ -38,13 +38,17 @@ from common import DOMAIN_PROMPT, RESULTS, WORK, markdown  # noqa: E402
 from readme_walk import SUPERVISED, supervised_on_pool  # noqa: E402
 
 LENGTH = 32
-# name: (lambda, chunk candidates, contrast)
+# name: (lambda, chunk candidates, contrast, later chunks' candidates or None for the same)
 CONFIGS = {
-    "plain": (0.0, 8, False),
-    "chunk x8, steering teacher's p (before)": (3.0, 8, False),
-    "chunk x8, ensemble's p (contrast)": (3.0, 8, True),
-    "chunk x4, steering teacher's p": (3.0, 4, False),
-    "chunk x4, ensemble's p (contrast)": (3.0, 4, True),
+    "plain": (0.0, 8, False, None),
+    "chunk x8, steering teacher's p (before)": (3.0, 8, False, None),
+    "chunk x8, ensemble's p (contrast)": (3.0, 8, True, None),
+    "chunk x4, steering teacher's p": (3.0, 4, False, None),
+    "chunk x4, ensemble's p (contrast)": (3.0, 4, True, None),
+    "chunk x8 then x2, contrast": (3.0, 8, True, 2),
+    "chunk x8 then x1, contrast": (3.0, 8, True, 1),
+    "chunk x8 then x3, contrast": (3.0, 8, True, 3),
+    "chunk x8 then x4, contrast": (3.0, 8, True, 4),
 }
 
 
@@ -64,10 +68,11 @@ def walk_models(seed: int):
 
 
 def generate_class(code, lm, scorer, column: int, label: str, class_index: int, candidates: int,
-                   strength: float, per_class: int, seed: int) -> tuple[list[str], float]:
+                   strength: float, per_class: int, seed: int, later: int | None = None) -> tuple[list[str], float]:
     """One batch of texts for one class with `code` (kamalcli.synth.steering, or an earlier copy of it):
     (texts, seconds)."""
-    config = code.SteeringConfig(strength, 20, 0.9, LENGTH, "chunk", 8, candidates)
+    config = code.SteeringConfig(strength, 20, 0.9, LENGTH, "chunk", 8, candidates,
+                                 **({"later_candidates": later} if later else {}))
     started = time.perf_counter()
     texts, _ = code.generate(lm, scorer if strength else None, column, [DOMAIN_PROMPT.format(label=label)] * per_class,
                                  config, seed=1000 * seed + class_index)
@@ -84,11 +89,11 @@ def generate_all(seed: int, per_class: int, names: list[str], out: Path) -> dict
         for class_index, label in enumerate(teacher.labels):
             unit = SimpleNamespace(teacher=teacher.name, label=label, class_index=class_index)
             for name in names:
-                strength, candidates, contrast = CONFIGS[name]
+                strength, candidates, contrast, later = CONFIGS[name]
                 scorer, column = steering_scorer(scorers, teachers, contrast)(unit)
                 print(f"{name}: {teacher.name}/{label}", file=sys.stderr, flush=True)
                 texts, seconds = generate_class(steering, lm, scorer, column, label, class_index, candidates, strength,
-                                                per_class, seed)
+                                                per_class, seed, later)
                 results[name]["seconds"] += seconds
                 results[name]["texts"] += texts
                 results[name]["teacher"] += [teacher.name] * len(texts)

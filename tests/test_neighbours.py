@@ -30,9 +30,10 @@ def test_smoothed_is_half_the_row_and_half_its_neighbours_mean():
 
 def test_smooth_auto_follows_the_prior_over_every_label_and_needs_rows_enough():
     everywhere = {"kind": "prototype", "data": "synth", "teachers": None}
-    assert neighbours_for("auto", 10, everywhere, 200, 10, "pool", "minilm-l6") == (10, None)
-    assert neighbours_for("auto", 10, everywhere, 199, 10, "pool", "minilm-l6") == (0, (
-        "smooth=auto: none: 199 rows of pool are too few for 10 neighbours a row over 10 labels (at least 200); "
+    assert neighbours_for("auto", 10, everywhere, 1000, 10, "pool", "minilm-l6") == (10, None)
+    # the README walk's 736-row pool over 10 labels, where smoothing cost the student 2.5 points
+    assert neighbours_for("auto", 10, everywhere, 736, 10, "pool", "minilm-l6") == (0, (
+        "smooth=auto: none: 736 rows of pool are too few for 10 neighbours a row over 10 labels (at least 1000); "
         "smooth=K asks for K anyway."))
     within = {"kind": "prototype", "data": "synth", "teachers": ["en-topics"]}
     assert neighbours_for("auto", 10, within, 2000, 12, "pool", "minilm-l6") == (0, (

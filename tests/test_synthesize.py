@@ -129,6 +129,35 @@ def test_a_text_that_ends_leaves_the_batch_and_the_others_go_on_as_alone(lm, tra
         open_at_the_end = sum(len(tokens) == 8 for tokens in alone)
         assert fed[0] == len(prompts) * (4 if mode == "chunk" else 1)  # 4 candidates each
         assert fed[-1] == open_at_the_end * (4 if mode == "chunk" else 1) < fed[0]
+        if mode == "chunk":  # chunks of 3: two feeds of every candidate, then the kept one's last token alone
+            assert fed[2] <= len(prompts) and fed[3] == 4 * fed[2]
+
+
+def test_later_chunks_draw_later_candidates_and_one_candidate_asks_no_teacher(lm, trained, monkeypatch):
+    import torch
+
+    from kamalcli.synth.steering import CausalLM, SteeringConfig, TeacherScorer, Timing, _chunk_steering, _Stepper
+
+    model, scorers = _models(lm, trained)
+    monkeypatch.setattr(CausalLM, "eos_ids", property(lambda self: set()))  # every text runs its 8 tokens
+    prompts = ["the match today", "goal", "a new"]
+    for later, teacher_rows in ((1, [3 * 4]), (2, [3 * 4, 3 * 2, 3 * 2])):
+        fed, asked = [], []
+        monkeypatch.setattr(_Stepper, "feed", lambda self, tokens, real=_Stepper.feed: fed.append(len(tokens))
+                            or real(self, tokens))
+        monkeypatch.setattr(TeacherScorer, "log_probs", lambda self, texts, real=TeacherScorer.log_probs:
+                            asked.append(len(texts)) or real(self, texts))
+        config = SteeringConfig(strength=2.0, top_m=5, max_new_tokens=8, mode="chunk", chunk_tokens=3,
+                                chunk_candidates=4, later_candidates=later)
+        stepper = _Stepper(model, [model.prompt_ids(p) for p in prompts])
+        texts = _chunk_steering(model, stepper, scorers["news"], 0, 3, config, torch.Generator().manual_seed(0),
+                                Timing())
+        monkeypatch.undo()
+        monkeypatch.setattr(CausalLM, "eos_ids", property(lambda self: set()))
+        assert [len(t) for t in texts] == [8, 8, 8]
+        assert asked == teacher_rows
+        # chunks of 3, 3 and 2 tokens: every candidate reads all but its chunk's last token; the kept one reads that
+        assert fed == [12, 12, 3, 3 * later, 3 * later, 3, 3 * later]
 
 
 class _FixedLogits:
@@ -285,6 +314,7 @@ def test_continuing_with_other_settings_is_refused(news, lm, interrupt_batch):
     (["--lm", "/no/such/folder"], "not a named causal LM"),
     (["--teacher", "nobody"], "nobody"),
     (["--top-p", 1.5], "--top-p must be in (0, 1]"),
+    (["--later-candidates", 0], "--chunk-tokens, --chunk-candidates and --later-candidates must be at least 1"),
 ])
 def test_bad_input_is_one_line_and_changes_nothing(news, lm, args, message):
     before = news.db_snapshot()
@@ -305,3 +335,17 @@ def test_old_workspaces_get_the_provenance_column(news, lm):
     news("add-data", tiny.write_jsonl(news.workspace.parent / "y.jsonl", [{"text": "a b"}]), "--name", "y")
     assert news.json("data")[0]["provenance"] is None
     assert json.loads(json.dumps(news.json("report")))["generated"] == []
+
+
+def test_the_provenance_line_names_the_later_candidates_when_recorded():
+    from kamalcli.cli.synth_cmds import provenance_line
+
+    settings = {"strength": 3.0, "mode": "chunk", "chunk_candidates": 8, "chunk_tokens": 8, "contrast": True,
+                "top_m": 20, "top_p": 0.9, "max_new_tokens": 32, "seed": 1}
+    provenance = {"settings": settings, "generator": {"lm": "smollm2-135m", "fingerprint": "0123456789abcdef"},
+                  "teachers": [{"name": "a"}, {"name": "b"}], "prompts": ["about {label}"]}
+    before = provenance_line(provenance)  # a dataset generated before --later-candidates existed
+    assert "chunk steering, lambda 3, 8 candidates for every chunk of 8 tokens, by the teachers' ensemble" in before
+    provenance["settings"] = {**settings, "later_candidates": 2}
+    assert ("8 candidates for the first chunk of 8 tokens, 2 for later ones, by the teachers' ensemble"
+            in provenance_line(provenance))

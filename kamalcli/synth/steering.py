@@ -13,7 +13,8 @@ few tokens from the LM alone (top-m, nucleus), the teacher scores the K texts
 once, and one is kept with probability proportional to p_T(c | text)^lambda
 (sampling-importance-resampling: the kept text follows p_LM * p_T^lambda up to
 the finite K). The teacher runs once per chunk instead of once per token. A text
-whose kept continuation has ended leaves the batch with its K rows.
+whose kept continuation has ended leaves the batch with its K rows. K is
+chunk_candidates for a text's first chunk and later_candidates after it.
 
 What a candidate is scored by (both modes): with `contrast` (kamal's default) p(c | text)
 under the teachers' ensemble, the softmax over every teacher's logits concatenated (the
@@ -46,7 +47,8 @@ class SteeringConfig:
     max_new_tokens: int = 32
     mode: Mode = "token"
     chunk_tokens: int = 8        # chunk steering: tokens per chunk
-    chunk_candidates: int = 8    # chunk steering: continuations drawn per row
+    chunk_candidates: int = 8    # chunk steering: continuations drawn per row for a text's first chunk
+    later_candidates: int | None = None  # ... and for its later chunks (None: chunk_candidates)
 
 
 @dataclass
@@ -245,35 +247,42 @@ def _token_steering(lm, stepper, scorer, class_index, n, config, generator, timi
 
 
 def _chunk_steering(lm, stepper, scorer, class_index, n, config, generator, timing) -> list[list[int]]:
-    """Each open text draws chunk_candidates continuations of a chunk, the scorer reads every one of them in one
-    batch, and one is kept per text. A text that has ended leaves the batch."""
-    k = config.chunk_candidates
+    """Each open text draws candidate continuations of a chunk, the scorer reads every one of them in one batch,
+    and one is kept per text. A text that has ended leaves the batch. A chunk's last token is fed to the LM for the
+    kept continuation only (one row a text). A text's first chunk draws chunk_candidates continuations and its
+    later chunks later_candidates: the first chunk sets what a text is about, and there the teacher's weights
+    tell the candidates apart most. One candidate needs no teacher."""
     text: list[list[int]] = [[] for _ in range(n)]
-    kept = list(range(n))   # the stepper's row to go on from, one per open text
-    owner = list(range(n))  # the text each of those rows belongs to
+    owner = list(range(n))  # the text each of the stepper's rows belongs to, one row per open text
     produced = 0
-    while kept and produced < config.max_new_tokens:
-        stepper.select(torch.tensor(kept).repeat_interleave(k))  # text owner[i]'s candidates: rows i*k .. i*k + k-1
+    while owner and produced < config.max_new_tokens:
+        k = config.chunk_candidates if produced == 0 else (config.later_candidates or config.chunk_candidates)
+        stepper.select(torch.arange(len(owner)).repeat_interleave(k))  # owner[i]'s candidates: rows i*k .. i*k+k-1
         steps = min(config.chunk_tokens, config.max_new_tokens - produced)
         produced += steps
-        chunk, done = _draw_chunk(lm, stepper, len(kept) * k, steps, produced < config.max_new_tokens, config,
-                                  generator, timing)
-        rows = [text[r] + c for r, c in zip((r for r in owner for _ in range(k)), chunk)]
-        lp_t = _teacher_log_prob(scorer, lm, rows, class_index, timing).view(len(kept), k)
-        chosen = torch.multinomial((config.strength * lp_t).softmax(dim=-1), 1, generator=generator).flatten()
+        chunk, done = _draw_chunk(lm, stepper, len(owner) * k, steps, config, generator, timing)
+        chosen = torch.zeros(len(owner), dtype=torch.long)
+        if k > 1:
+            rows = [text[r] + c for r, c in zip((r for r in owner for _ in range(k)), chunk)]
+            lp_t = _teacher_log_prob(scorer, lm, rows, class_index, timing).view(len(owner), k)
+            chosen = torch.multinomial((config.strength * lp_t).softmax(dim=-1), 1, generator=generator).flatten()
         winners = [i * k + int(c) for i, c in enumerate(chosen)]
         for r, w in zip(owner, winners):
             text[r] += chunk[w]
-        kept = [w for w in winners if not done[w]]
+        going = [w for w in winners if not done[w]]
         owner = [r for r, w in zip(owner, winners) if not done[w]]
+        if going and produced < config.max_new_tokens:
+            started = time.perf_counter()
+            stepper.select(torch.tensor(going))
+            stepper.feed(torch.tensor([chunk[w][-1] for w in going]))
+            timing.lm_seconds += time.perf_counter() - started
     timing.new_tokens += sum(len(t) for t in text)
     return text
 
 
-def _draw_chunk(lm, stepper, rows: int, steps: int, more: bool, config, generator,
-                timing) -> tuple[list[list[int]], list[bool]]:
-    """`steps` tokens for every row from the LM alone (top-m, nucleus); the stepper reads the last one only if
-    `more` chunks follow."""
+def _draw_chunk(lm, stepper, rows: int, steps: int, config, generator, timing) -> tuple[list[list[int]], list[bool]]:
+    """`steps` tokens for every row from the LM alone (top-m, nucleus). The stepper reads every token but the
+    last: the caller feeds that one for the continuations it keeps."""
     chunk: list[list[int]] = [[] for _ in range(rows)]
     done = [False] * rows
     for step in range(steps):
@@ -286,7 +295,7 @@ def _draw_chunk(lm, stepper, rows: int, steps: int, more: bool, config, generato
                 tokens[row] = lm.pad_id
             else:
                 chunk[row].append(token)
-        if all(done) or (step == steps - 1 and not more):
+        if all(done) or step == steps - 1:
             break
         started = time.perf_counter()
         stepper.feed(tokens)

@@ -25,6 +25,9 @@ from kamalcli.errors import KamalError, KamalFailure
 DEFAULT_PROMPT = "Write a short text about {label}."
 PROMPT_FIELDS = ("label",)  # the class a text is steered to
 KIND = "synthesize"
+# chunk steering's candidates for a text's later chunks (its first draws --chunk-candidates): the teachers' weights
+# over later candidates are near uniform, so they buy little (docs/benchmarks.md, "Speed")
+LATER_CANDIDATES = 3
 MAX_PER_CLASS = 100_000  # texts per class of each teacher: already days of generation on a GPU
 
 
@@ -45,6 +48,7 @@ class SynthesisRequest:
     batch_size: int
     seed: int
     teacher_max_length: int = 128
+    later_candidates: int = LATER_CANDIDATES  # chunk steering: candidates for a text's later chunks
     contrast: bool = True              # steer by the teachers' ensemble p(class), not the steering teacher's alone
     min_steering_p: float = 0.0        # drop rows whose steering teacher gives their class less (0: keep every row)
     device: str = "auto"
@@ -59,7 +63,8 @@ class SynthesisRequest:
             (self.top_m >= 1, "--top-m must be at least 1"),
             (0 < self.top_p <= 1, "--top-p must be in (0, 1]"),
             (self.max_new_tokens >= 1, "--max-new-tokens must be at least 1"),
-            (self.chunk_tokens >= 1 and self.chunk_candidates >= 1, "--chunk-tokens and --chunk-candidates must be at least 1"),
+            (min(self.chunk_tokens, self.chunk_candidates, self.later_candidates) >= 1,
+             "--chunk-tokens, --chunk-candidates and --later-candidates must be at least 1"),
             (self.batch_size >= 1, "--batch-size must be at least 1"),
             (0 <= self.min_steering_p < 1, "--min-steering-p must be in [0, 1)"),
         ]
@@ -219,7 +224,7 @@ def _generate(request: SynthesisRequest, lm_folder: Path, teachers, pending: Ite
     lm, scorers = load_models(lm_folder, teachers, request.teacher_max_length, request.device)
     steer_by = steering_scorer(scorers, teachers, request.contrast)
     config = SteeringConfig(request.strength, request.top_m, request.top_p, request.max_new_tokens, request.mode,
-                            request.chunk_tokens, request.chunk_candidates)
+                            request.chunk_tokens, request.chunk_candidates, request.later_candidates)
     with progress_bar(total, f"synthesize {request.name}", unit="text") as bar:
         for unit in pending:
             started = time.perf_counter()
@@ -293,7 +298,8 @@ def _register(workspace, store, request, params, teachers, units: Iterable[Unit]
         "generator": {"lm": request.lm, "fingerprint": params["lm_fingerprint"]},
         "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
         "settings": {k: params[k] for k in ("per_class", "strength", "top_m", "top_p", "max_new_tokens", "mode",
-                                            "chunk_tokens", "chunk_candidates", "batch_size", "seed", "contrast", "min_steering_p")},
+                                            "chunk_tokens", "chunk_candidates", "later_candidates", "batch_size", "seed",
+                                            "contrast", "min_steering_p")},
         "prompts": list(request.prompts), "empty_texts_dropped": empty,
         "timing": {k: round(v, 3) for k, v in timing.items()}, "quality": quality,
     }
