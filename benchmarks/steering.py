@@ -71,6 +71,7 @@ def generate_class(code, lm, scorer, column: int, label: str, class_index: int, 
                    strength: float, per_class: int, seed: int, later: int | None = None) -> tuple[list[str], float]:
     """One batch of texts for one class with `code` (kamalcli.synth.steering, or an earlier copy of it):
     (texts, seconds)."""
+    # later_candidates only when asked: steering_ab.py passes an earlier commit's module, whose config lacks it
     config = code.SteeringConfig(strength, 20, 0.9, LENGTH, "chunk", 8, candidates,
                                  **({"later_candidates": later} if later else {}))
     started = time.perf_counter()

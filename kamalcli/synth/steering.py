@@ -257,7 +257,8 @@ def _chunk_steering(lm, stepper, scorer, class_index, n, config, generator, timi
     produced = 0
     while owner and produced < config.max_new_tokens:
         k = config.chunk_candidates if produced == 0 else (config.later_candidates or config.chunk_candidates)
-        stepper.select(torch.arange(len(owner)).repeat_interleave(k))  # owner[i]'s candidates: rows i*k .. i*k+k-1
+        if k > 1:  # owner[i]'s candidates: rows i*k .. i*k+k-1 (with one, the stepper's rows already are)
+            stepper.select(torch.arange(len(owner)).repeat_interleave(k))
         steps = min(config.chunk_tokens, config.max_new_tokens - produced)
         produced += steps
         chunk, done = _draw_chunk(lm, stepper, len(owner) * k, steps, config, generator, timing)
