@@ -218,6 +218,7 @@ def launch(nproc: int, argv: list[str]) -> int:
     step boundary together and checkpoint.
     """
     import logging
+    import tempfile
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -226,8 +227,10 @@ def launch(nproc: int, argv: list[str]) -> int:
     # torchrun sets 1 thread per process (and warns) unless told; share this machine's cores instead
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # each rank says its own error
+    # torchrun's per-worker log folders would otherwise stay behind in /tmp, one torchelastic_* per job
+    logs = tempfile.TemporaryDirectory(prefix="kamal-torchrun-")
     args = get_args_parser().parse_args(
-        ["--standalone", f"--nproc-per-node={nproc}", "--module", "kamalcli", *argv])
+        ["--standalone", f"--nproc-per-node={nproc}", f"--log-dir={logs.name}", "--module", "kamalcli", *argv])
     try:
         run(args)
     except ChildFailedError as e:
@@ -239,6 +242,8 @@ def launch(nproc: int, argv: list[str]) -> int:
         return failure.exitcode
     except SignalException:
         return 130
+    finally:
+        logs.cleanup()
     return 0
 
 

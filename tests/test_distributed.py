@@ -29,8 +29,8 @@ def kamal_process(workspace: Path, *args, **popen) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
-def kamal_run(workspace: Path, *args, code: int = 0) -> subprocess.CompletedProcess:
-    proc = kamal_process(workspace, *args)
+def kamal_run(workspace: Path, *args, code: int = 0, **popen) -> subprocess.CompletedProcess:
+    proc = kamal_process(workspace, *args, **popen)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == code, f"kamal {' '.join(map(str, args))} exited {proc.returncode}:\n{out}\n{err}"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -59,11 +59,14 @@ def twin(tmp_path, assets):
 
 
 @pytest.mark.slow
-def test_probe_on_two_processes_is_bit_for_bit_the_one_process_probe(twin):
+def test_probe_on_two_processes_is_bit_for_bit_the_one_process_probe(twin, tmp_path):
     one, two = twin
     settings = ["--mc-samples", "1", "--batch-size", "4", "--max-length", "32"]
     one("probe", *settings)
-    kamal_run(two.workspace, "probe", *settings, "--nproc", "2")
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    kamal_run(two.workspace, "probe", *settings, "--nproc", "2", env={**os.environ, "TMPDIR": str(scratch)})
+    assert not list(scratch.iterdir())  # torchrun's log folders (torchelastic_*) do not stay behind
     a, b = probe_folders(one), probe_folders(two)
     assert a.keys() == b.keys() and len(a) == 4
     for pair in a:
