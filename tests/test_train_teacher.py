@@ -52,3 +52,19 @@ def test_bad_input(kamal, assets, args, message):
     kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
     kamal("add-data", assets["pool"], "--name", "pool")
     assert message in kamal("train-teacher", *args, "--base", assets["encoder"], code=2).stderr
+
+
+def test_weights_identical_to_a_teacher_are_refused_and_leave_nothing_behind(kamal, assets, ws):
+    kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
+    args = ["train", "--labels", "health,arts", "--base", assets["encoder"], *SETTINGS]
+    kamal("train-teacher", *args, "--name", "life")
+    result = kamal("train-teacher", *args, "--name", "twin", code=2)  # deterministic: the very same weights
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: the trained weights are identical to those of teacher 'life' (the same rows, labels, base and settings): "
+        "use life, or train with another --seed")
+    teachers_dir = ws / ".kamal" / "artifacts" / "teachers"
+    assert sorted(p.name for p in teachers_dir.iterdir()) == ["life"]
+    assert not list((ws / ".kamal" / "artifacts" / "tmp").iterdir())
+    assert [r["status"] for r in kamal.json("runs")] == ["done", "failed"]
+    kamal("train-teacher", *args, "--name", "twin", "--seed", "1")  # the name is free again
+    assert [t["name"] for t in kamal.json("teachers")] == ["life", "twin"]

@@ -8,6 +8,7 @@ on gold labels; a held-out slice of those rows picks the best step.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -209,19 +210,32 @@ def base_for_folder(base: str) -> str:
 
 def _publish_teacher(workspace, store, request: TeacherRequest, dataset, problem: _TeacherProblem, config,
                      score: dict, say):
-    """The trained model saved into the workspace's teachers and registered; returns (teacher, folder)."""
+    """The trained model saved into the workspace's teachers and registered; returns (teacher, folder).
+    Refused (nothing left in the workspace's teachers) when a teacher holds the very same weights."""
     from kamalcli.files import publish_dir
+    from kamalcli.models.folder import weights_fingerprint
     from kamalcli.models.loading import save_classifier
     from kamalcli.teachers.register import register_teacher
 
     staging = workspace.tmp_dir() / "teacher"
-    save_classifier(problem.model, problem.tokenizer, staging, extra=folder_record(request, problem, config, score))
-    final = workspace.artifact_dir("teachers") / request.name
-    if final.exists():
-        raise KamalError(f"{final} exists already (a teacher of that name was removed?); move it away first")
-    publish_dir(staging, final)
-    teacher, notes = register_teacher(workspace, store, str(final), name=request.name, labels=None,
-                                      origin="trained", train_dataset_id=dataset.id)
+    try:
+        save_classifier(problem.model, problem.tokenizer, staging, extra=folder_record(request, problem, config, score))
+        twin = store.find_teacher(fingerprint=weights_fingerprint(staging))
+        if twin is not None:
+            raise KamalError(f"the trained weights are identical to those of teacher {twin.name!r} (the same rows, "
+                             f"labels, base and settings): use {twin.name}, or train with another --seed")
+        final = workspace.artifact_dir("teachers") / request.name
+        if final.exists():
+            raise KamalError(f"{final} exists already (a teacher of that name was removed?); move it away first")
+        publish_dir(staging, final)
+    finally:
+        shutil.rmtree(staging.parent, ignore_errors=True)
+    try:
+        teacher, notes = register_teacher(workspace, store, str(final), name=request.name, labels=None,
+                                          origin="trained", train_dataset_id=dataset.id)
+    except BaseException:  # a folder no teacher row points at would block the next try under this name
+        shutil.rmtree(final, ignore_errors=True)
+        raise
     for message in notes:
         say(message)
     return teacher, final
