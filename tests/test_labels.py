@@ -61,6 +61,21 @@ def test_proposals_same_and_nested_golden():
     assert [(p.kind, round(p.score, 6)) for p in alone] == [("same", 0.8)]
 
 
+def test_no_pair_is_proposed_that_would_make_two_labels_of_one_teacher_one_class():
+    # a sentence encoder finds antonyms alike; both teachers know both sentiments, so neither pair is one class
+    vectors = {"negative": np.array([1.0, 0.0]), "positive": np.array([0.9, np.sqrt(1 - 0.81)]),
+               "games": np.array([0.0, 1.0])}
+    assert propose([("zh", ["negative", "positive"]), ("all", ["games", "negative", "positive"])], vectors, None,
+                   lambda x: x) == []
+    # with positive known to both, negative ~ positive would join zh's two labels too
+    assert propose([("zh", ["negative", "positive"]), ("one", ["games", "positive"])], vectors, None,
+                   lambda x: x) == []
+    # a name neither teacher shares stays a candidate for each, by its names (cosine 1.0 and 0.9)
+    found = propose([("zh", ["negative", "positive"]), ("en", ["games", "bad"])],
+                    {**vectors, "bad": np.array([1.0, 0.0])}, None, lambda x: x)
+    assert [(p.labels, round(p.score, 6)) for p in found] == [(("negative", "bad"), 1.0), (("positive", "bad"), 0.9)]
+
+
 def test_a_label_its_teacher_never_gives_is_judged_by_name():
     vectors = {"email": np.array([1.0, 0.0]), "mail": np.array([0.85, np.sqrt(1 - 0.85 ** 2)])}
     top = {"a": np.zeros(50, dtype=int) + 1, "b": np.zeros(50, dtype=int)}  # a never says email (index 0)

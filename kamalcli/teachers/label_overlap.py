@@ -120,13 +120,16 @@ def propose(teachers: list[tuple[str, list[str]]], vectors: dict[str, np.ndarray
 
     teachers: (name, labels); vectors: label name -> unit vector (None: names compared by spelling only);
     top: teacher -> its top label index per row of one dataset (None: no behaviour); canonical: a label's
-    class name (labels of one class are not proposed again)."""
+    class name (labels of one class are not proposed again). A pair is not proposed when one teacher has both
+    classes already (B knows `positive` too: `positive` ~ `negative` would make two of B's labels one class,
+    which `kamal labels merge` refuses), however alike the names."""
     out: list[Proposal] = []
     for x, (ta, labels_a) in enumerate(teachers):
         for tb, labels_b in teachers[x + 1:]:
+            classes_a, classes_b = {canonical(a) for a in labels_a}, {canonical(b) for b in labels_b}
             for i, a in enumerate(labels_a):
                 for j, b in enumerate(labels_b):
-                    if canonical(a) == canonical(b):
+                    if canonical(a) == canonical(b) or canonical(a) in classes_b or canonical(b) in classes_a:
                         continue
                     names = name_similarity(a, b, vectors)
                     seen = co_assignment(top[ta], top[tb], i, j, data) if top else None
