@@ -14,10 +14,12 @@ import numpy as np
 
 SMOOTH_NEIGHBOURS = 10  # smooth=auto
 OWN_SHARE = 0.5         # the row's own target's share; the neighbours' mean has the rest
-# smooth=auto wants at least this many rows per label and neighbour: 100 a label at k = 10. Measured on
-# debian-topics, smoothing raised the student by 2.7 points with 2,000 transfer rows over 10 labels and cost it
-# 2.5 with 736 (docs/benchmarks.md); the bound lies between the two, and pools between them are untested.
-ROWS_PER_LABEL_AND_NEIGHBOUR = 10
+# smooth=auto wants at least this many rows per label and neighbour: 200 a label at k = 10. Measured on
+# debian-topics' two teachers (docs/benchmarks.md), smoothing raised the student by 2.1-3.2 points with 2,000
+# transfer rows over 10 labels (three seeds), and moved it by -1.0 to +0.7 with the first 736, 1,000 and 1,500
+# of those rows (1,000: -1.0 on both seeds); on the README walk's 736 rows it cost 2.5 on each of three seeds.
+# So auto smooths only at the pool size where it was measured to help.
+ROWS_PER_LABEL_AND_NEIGHBOUR = 20
 
 
 def neighbours_for(smooth: int | str, neighbours: int, prior: dict | None, rows: int, labels: int,
