@@ -122,7 +122,8 @@ def supervised_on_pool(seed: int) -> dict:
 
 
 def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = (), contrast: bool = True,
-         candidates: int = 8, students: bool = True, default_only: bool = False, later: int = 8) -> dict:
+         candidates: int = 8, students: bool = True, default_only: bool = False,
+         later: int = LATER_CANDIDATES) -> dict:
     folders = teachers(seed)
     # --contrast and 8 candidates for every chunk (kamal's defaults before --later-candidates) keep the plain name
     steering = "" if not synthesize else (("" if contrast else "-paper") + ("" if candidates == 8 else f"-x{candidates}")

@@ -126,10 +126,10 @@ def propose(teachers: list[tuple[str, list[str]]], vectors: dict[str, np.ndarray
     out: list[Proposal] = []
     for x, (ta, labels_a) in enumerate(teachers):
         for tb, labels_b in teachers[x + 1:]:
-            classes_a, classes_b = {canonical(a) for a in labels_a}, {canonical(b) for b in labels_b}
+            classes_a, classes_b = [canonical(a) for a in labels_a], [canonical(b) for b in labels_b]
             for i, a in enumerate(labels_a):
                 for j, b in enumerate(labels_b):
-                    if canonical(a) == canonical(b) or canonical(a) in classes_b or canonical(b) in classes_a:
+                    if classes_a[i] in classes_b or classes_b[j] in classes_a:  # one class already, or would join two
                         continue
                     names = name_similarity(a, b, vectors)
                     seen = co_assignment(top[ta], top[tb], i, j, data) if top else None
