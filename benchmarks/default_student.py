@@ -341,7 +341,7 @@ def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -
     kept = "; ".join(f"{PROTOCOLS[p][2]}, {label}: {'/'.join(map(str, f['best_step']))} of "
                      f"{'/'.join(map(str, f['steps']))}" for p in protocols for label, *_ in ROWS
                      for f in [figures["students"][p][label]])
-    return (f"**{title}** (seeds {','.join(map(str, seeds))}; {_rate(figures)})\n\n" + markdown(headers, rows)
+    return (f"**{title}** ({_seeds(seeds, figures)}; {_rate(figures)})\n\n" + markdown(headers, rows)
             + _per_test_table(protocols, figures, order) + "\n\nTargets. " + "; ".join(verdicts) + "."
             + "\n\nThe default student (last protocol, first seed) decided: " + " ".join(d for d in decided if d)
             + "\n\n" + selection + f"\n\nEarly stopping kept step (of steps trained): {kept}.")
@@ -365,6 +365,26 @@ def _per_test_table(protocols: list[str], figures: dict, fixed_order: list[str])
     return "\n\n" + markdown(headers, rows)
 
 
+def with_earlier_protocols(figures: dict, earlier: dict) -> dict:
+    """A run under fewer protocols than the stored section (`--protocol realistic --seeds 1,2`) keeps the other
+    protocol's students and reference from the stored run, each protocol naming its own seeds."""
+    kept = [p for p in earlier.get("protocols", []) if p not in figures["protocols"]]
+    if not kept:
+        return figures
+    seeds = {p: earlier.get("seeds_by_protocol", {}).get(p, earlier["seeds"]) for p in kept}
+    seeds |= {p: figures["seeds"] for p in figures["protocols"]}
+    return {**figures, "protocols": [p for p in PROTOCOLS if p in seeds], "seeds_by_protocol": seeds,
+            "students": {**{p: earlier["students"][p] for p in kept}, **figures["students"]},
+            "supervised": {**{p: earlier["supervised"][p] for p in kept}, **figures["supervised"]}}
+
+
+def _seeds(seeds: list[int], figures: dict) -> str:
+    by_protocol = figures.get("seeds_by_protocol")
+    if not by_protocol or len({tuple(s) for s in by_protocol.values()}) == 1:
+        return "seeds " + ",".join(map(str, seeds))
+    return "; ".join(f"seeds {','.join(map(str, s))} under {PROTOCOLS[p][2]}" for p, s in by_protocol.items())
+
+
 def default_student(bench: Bench) -> None:
     """Every setting `--settings` names (all by default), under the protocols `--protocol` names (both by
     default); the other settings keep their last figures."""
@@ -377,6 +397,9 @@ def default_student(bench: Bench) -> None:
     # read now, not at the start: another run of this scenario (other settings) may have finished meanwhile
     results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
     earlier = json.loads(results.read_text()) if results.is_file() else {}
+    for title, figures in payload.items():
+        merged = with_earlier_protocols(figures, earlier.get(title, {}))
+        payload[title] = {**merged, "section": section(title, merged["seeds"], merged["protocols"], merged)}
     for title in SETTINGS:
         if title not in payload and "protocols" in earlier.get(title, {}):  # not the old format
             figures = earlier[title]
