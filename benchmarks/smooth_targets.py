@@ -8,7 +8,7 @@ for several k and own shares, and each version's argmax is compared with the gol
 Trains nothing.
 
     python benchmarks/smooth_targets.py benchmarks/work/quick-protocols-two-halves [more] \
-        [--data pool --gold pool-gold]
+        [--data pool --gold pool-gold] [--first 736,1000,1500,2000]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def default_target(root: Path, data: str, max_length: int, student: str) -> np.n
     return kept["target"]
 
 
-def measure(root: Path, data: str, gold_name: str, max_length: int, student: str) -> str:
+def measure(root: Path, data: str, gold_name: str, max_length: int, student: str, first: list[int]) -> str:
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.encoder import sentence_vectors
     from kamalcli.probe.neighbours import nearest_rows, smoothed
@@ -87,6 +87,8 @@ def measure(root: Path, data: str, gold_name: str, max_length: int, student: str
     gold = np.array([names.index(label) for label in gold_labels])
     target = default_target(root, data, max_length, student)
     vectors = sentence_vectors(workspace, DEFAULT_ENCODER, texts, dataset.content_hash, max_length, "cpu", print)
+    if first:
+        return by_pool_size(root.name, data, target, vectors, gold, first)
     rows = []
     for k in NEIGHBOURS:
         neighbours = nearest_rows(vectors, k)
@@ -99,6 +101,30 @@ def measure(root: Path, data: str, gold_name: str, max_length: int, student: str
             + markdown(["k", *(f"own share {s}" for s in OWN_SHARES)], rows) + "\n")
 
 
+def by_pool_size(workspace: str, data: str, target: np.ndarray, vectors: np.ndarray, gold: np.ndarray,
+                 sizes: list[int], k: int = 10, share: float = 0.5) -> str:
+    """kamal's smoothing (k 10, even split) on the first N rows of the set: the unsmoothed target is the whole set's,
+    the neighbours are found among those N rows only, as `kamal add-data` of N rows would find them."""
+    from kamalcli.probe.neighbours import nearest_rows, smoothed
+
+    rows = []
+    for n in sizes:
+        plain, unit, right = target[:n], vectors[:n], gold[:n]
+        neighbours = nearest_rows(unit, k)
+        smooth = smoothed(plain, neighbours, share)
+        before, after = plain.argmax(1) == right, smooth.argmax(1) == right
+        kth = np.einsum("nd,nd->n", unit, unit[neighbours[:, -1]])
+        rows.append([n, f"{n / len(np.unique(right)):.0f}", f"{100 * (right[neighbours] == right[:, None]).mean():.1f}",
+                     f"{kth.mean():.3f}", f"{100 * before.mean():.1f}", f"{100 * after.mean():.1f}",
+                     int((before & ~after).sum()), int((~before & after).sum()),
+                     f"{plain[np.arange(n), right].mean():.3f}", f"{smooth[np.arange(n), right].mean():.3f}",
+                     f"{plain.max(1).mean():.3f}", f"{smooth.max(1).mean():.3f}"])
+    return (f"## {workspace}: the first N rows of {data}, smoothed over their {k} nearest (own share {share})\n\n"
+            + markdown(["rows", "rows a label", "neighbours of the row's class %", f"similarity of the {k}th",
+                        "target right %", "smoothed right %", "right to wrong", "wrong to right",
+                        "p(gold)", "p(gold) smoothed", "max p", "max p smoothed"], rows) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workspaces", nargs="+", type=Path)
@@ -106,10 +132,12 @@ def main() -> None:
     parser.add_argument("--gold", default="pool-gold")
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--student", default="minilm-l3", help="any base: the target does not depend on it")
+    parser.add_argument("--first", help="pool sizes, e.g. 736,1000,1500,2000: smoothing on the set's first N rows")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for root in args.workspaces:
-        print(measure(root.resolve(), args.data, args.gold, args.max_length, args.student), flush=True)
+        first = [int(n) for n in args.first.split(",")] if args.first else []
+        print(measure(root.resolve(), args.data, args.gold, args.max_length, args.student, first), flush=True)
 
 
 if __name__ == "__main__":
