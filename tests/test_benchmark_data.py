@@ -45,3 +45,25 @@ def test_the_realistic_transfer_rows_are_none_of_the_teachers_rows():
         assert pool and not taught & {r["text"] for r in pool}
     quick = Bench("default-student", PROFILES["quick"])
     assert len(teacher_rows(quick)) == len(pool_rows(quick)) == 2000  # the same size under both protocols
+
+
+def test_a_run_under_one_protocol_keeps_the_other_protocols_stored_figures():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from default_student import with_earlier_protocols
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    stored = {"protocols": ["muki", "realistic"], "seeds": [1],
+              "students": {"muki": "muki s1", "realistic": "realistic s1"},
+              "supervised": {"muki": "ref muki s1", "realistic": "ref realistic s1"}}
+    rerun = {"protocols": ["realistic"], "seeds": [1, 2], "students": {"realistic": "realistic s1,2"},
+             "supervised": {"realistic": "ref realistic s1,2"}}
+    merged = with_earlier_protocols(rerun, stored)
+    assert merged["protocols"] == ["muki", "realistic"]
+    assert merged["seeds_by_protocol"] == {"muki": [1], "realistic": [1, 2]}
+    assert merged["students"] == {"muki": "muki s1", "realistic": "realistic s1,2"}
+    assert merged["supervised"] == {"muki": "ref muki s1", "realistic": "ref realistic s1,2"}
+    again = with_earlier_protocols({**rerun, "protocols": ["muki"], "seeds": [3], "students": {"muki": "muki s3"},
+                                    "supervised": {"muki": "ref muki s3"}}, merged)
+    assert again["seeds_by_protocol"] == {"muki": [3], "realistic": [1, 2]}  # stored per protocol, not the run's
+    assert with_earlier_protocols(stored, {}) is stored  # nothing stored: the run as it is
