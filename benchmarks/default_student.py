@@ -382,7 +382,8 @@ def _seeds(seeds: list[int], figures: dict) -> str:
     by_protocol = figures.get("seeds_by_protocol")
     if not by_protocol or len({tuple(s) for s in by_protocol.values()}) == 1:
         return "seeds " + ",".join(map(str, seeds))
-    return "; ".join(f"seeds {','.join(map(str, s))} under {PROTOCOLS[p][2]}" for p, s in by_protocol.items())
+    return "; ".join(f"seed{'s' if len(s) > 1 else ''} {','.join(map(str, s))} under {PROTOCOLS[p][2]}"
+                     for p, s in by_protocol.items())
 
 
 def default_student(bench: Bench) -> None:
