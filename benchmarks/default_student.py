@@ -242,7 +242,7 @@ def generated_and_probed(bench: Bench, setting: Setting, ws: Workspace) -> None:
     ws("probe", quiet=True)
 
 
-def run_setting(bench: Bench, title: str, setting: Setting, protocols: list[str]) -> dict:
+def run_setting(bench: Bench, setting: Setting, protocols: list[str]) -> dict:
     ws = student_workspace(bench, setting)
     wanted = {_name(p, label) + f"-s{seed}" for p in protocols for label, *_ in ROWS for seed in bench.seeds}
     if wanted - {s["name"] for s in ws.json("students")}:
@@ -276,8 +276,7 @@ def run_setting(bench: Bench, title: str, setting: Setting, protocols: list[str]
     figures["student_lr"] = trained_lr(ws, [s for students in trained.values() for s in students])
     figures["selection"] = [s for s in ws.json("report")["selection"]
                             if s["data"] in dict(SELECTION_DATA)]
-    figures["section"] = section(title, bench.seeds, protocols, figures)
-    return figures
+    return figures  # default_student renders its section, once merged with the stored protocols
 
 
 def trained_lr(ws: Workspace, students: list[str]) -> list[float]:
@@ -393,7 +392,7 @@ def default_student(bench: Bench) -> None:
     payload = {}
     for title, setting in SETTINGS.items():
         if bench.runs(title):
-            payload[title] = {**run_setting(bench, title, setting, protocols),
+            payload[title] = {**run_setting(bench, setting, protocols),
                               "seeds": bench.seeds, "protocols": protocols}
     # read now, not at the start: another run of this scenario (other settings) may have finished meanwhile
     results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"

@@ -135,8 +135,8 @@ def main() -> None:
     parser.add_argument("--first", help="pool sizes, e.g. 736,1000,1500,2000: smoothing on the set's first N rows")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    first = [int(n) for n in args.first.split(",")] if args.first else []
     for root in args.workspaces:
-        first = [int(n) for n in args.first.split(",")] if args.first else []
         print(measure(root.resolve(), args.data, args.gold, args.max_length, args.student, first), flush=True)
 
 
