@@ -20,7 +20,8 @@ generated rows.
 Settings: debian-topics split between two, three or four teachers, teachers of two bases, and the cross-lingual
 pair (English topics and Chinese sentiment, multilingual-e5-small's first six layers; its test rows per language
 too). Another seed (`--seeds 1,2`) trains only the missing students: the labelled sets leave the workspace first
-(`kamal remove-data`) and come back afterwards.
+(`kamal remove-data`) and come back afterwards. A run merges into the stored section: protocols and seeds it did not
+run keep their stored figures (`--protocol muki --seeds 2` adds seed 2 beside a stored seed 1).
 
     python benchmarks/run.py default-student [--settings 'two teachers;cross-lingual'] [--seeds 1,2]
 """
@@ -364,17 +365,53 @@ def _per_test_table(protocols: list[str], figures: dict, fixed_order: list[str])
     return "\n\n" + markdown(headers, rows)
 
 
-def with_earlier_protocols(figures: dict, earlier: dict) -> dict:
-    """A run under fewer protocols than the stored section (`--protocol realistic --seeds 1,2`) keeps the other
-    protocol's students and reference from the stored run, each protocol naming its own seeds."""
-    kept = [p for p in earlier.get("protocols", []) if p not in figures["protocols"]]
-    if not kept:
+def with_stored_figures(figures: dict, earlier: dict) -> dict:
+    """Merge a run into its stored section. A protocol the run left out keeps its stored students and reference
+    (`--protocol realistic`), and a protocol it ran keeps the stored seeds it did not run (`--seeds 2` beside a
+    stored seed 1); a seed the run trained replaces the stored one. Each protocol names its own seeds."""
+    if not earlier.get("protocols"):
         return figures
-    seeds = {p: earlier.get("seeds_by_protocol", {}).get(p, earlier["seeds"]) for p in kept}
-    seeds |= {p: figures["seeds"] for p in figures["protocols"]}
-    return {**figures, "protocols": [p for p in PROTOCOLS if p in seeds], "seeds_by_protocol": seeds,
-            "students": {**{p: earlier["students"][p] for p in kept}, **figures["students"]},
-            "supervised": {**{p: earlier["supervised"][p] for p in kept}, **figures["supervised"]}}
+    stored_seeds = {p: earlier.get("seeds_by_protocol", {}).get(p, earlier["seeds"]) for p in earlier["protocols"]}
+    seeds, students, supervised = {}, {}, {}
+    for p in PROTOCOLS:
+        if p in figures["protocols"] and p in stored_seeds and set(earlier["students"][p]) == set(figures["students"][p]):
+            old, new = stored_seeds[p], figures["seeds"]
+            seeds[p] = sorted(set(old) | set(new))
+            students[p] = {label: _seed_union(earlier["students"][p][label], old, entry, new)
+                           for label, entry in figures["students"][p].items()}
+            supervised[p] = _seed_union(earlier["supervised"][p], old, figures["supervised"][p], new)
+        elif p in figures["protocols"]:
+            seeds[p], students[p], supervised[p] = figures["seeds"], figures["students"][p], figures["supervised"][p]
+        elif p in stored_seeds:
+            seeds[p], students[p], supervised[p] = stored_seeds[p], earlier["students"][p], earlier["supervised"][p]
+    rates = sorted(set(earlier.get("student_lr", [])) | set(figures.get("student_lr", [])))
+    return {**figures, "protocols": list(seeds), "seeds_by_protocol": seeds, "seeds": sorted(set().union(*seeds.values())),
+            "students": students, "supervised": supervised, "student_lr": rates}
+
+
+def _seed_union(stored: dict, stored_seeds: list[int], run: dict, run_seeds: list[int]) -> dict:
+    """One row's figures over the union of its seeds, in seed order; the run's figures win for a seed in both."""
+    by_seed = {seed: _one_seed(stored, i) for i, seed in enumerate(stored_seeds)}
+    by_seed |= {seed: _one_seed(run, i) for i, seed in enumerate(run_seeds)}
+    return _joined(run, [by_seed[seed] for seed in sorted(by_seed)])
+
+
+def _one_seed(entry, i: int):
+    """The i-th seed's part of a row: a summary's value, a per-seed list's item; None stays None."""
+    if isinstance(entry, dict) and "values" in entry:
+        return entry["values"][i]
+    if isinstance(entry, dict):
+        return {key: _one_seed(value, i) for key, value in entry.items()}
+    return entry[i] if isinstance(entry, list) else entry
+
+
+def _joined(template, parts: list):
+    """The inverse of _one_seed over several seeds, shaped like template (a row of the run)."""
+    if isinstance(template, dict) and "values" in template:
+        return summarize(parts)
+    if isinstance(template, dict):
+        return {key: _joined(value, [part[key] for part in parts]) for key, value in template.items()}
+    return list(parts) if isinstance(template, list) else template
 
 
 def _seeds(seeds: list[int], figures: dict) -> str:
@@ -398,7 +435,7 @@ def default_student(bench: Bench) -> None:
     results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
     earlier = json.loads(results.read_text()) if results.is_file() else {}
     for title, figures in payload.items():
-        merged = with_earlier_protocols(figures, earlier.get(title, {}))
+        merged = with_stored_figures(figures, earlier.get(title, {}))
         payload[title] = {**merged, "section": section(title, merged["seeds"], merged["protocols"], merged)}
     for title in SETTINGS:
         if title not in payload and "protocols" in earlier.get(title, {}):  # not the old format

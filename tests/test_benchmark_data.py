@@ -47,23 +47,42 @@ def test_the_realistic_transfer_rows_are_none_of_the_teachers_rows():
     assert len(teacher_rows(quick)) == len(pool_rows(quick)) == 2000  # the same size under both protocols
 
 
-def test_a_run_under_one_protocol_keeps_the_other_protocols_stored_figures():
+def test_a_run_keeps_the_stored_protocols_and_seeds_it_did_not_run():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from default_student import with_earlier_protocols
+        from default_student import with_stored_figures
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    stored = {"protocols": ["muki", "realistic"], "seeds": [1],
-              "students": {"muki": "muki s1", "realistic": "realistic s1"},
-              "supervised": {"muki": "ref muki s1", "realistic": "ref realistic s1"}}
-    rerun = {"protocols": ["realistic"], "seeds": [1, 2], "students": {"realistic": "realistic s1,2"},
-             "supervised": {"realistic": "ref realistic s1,2"}}
-    merged = with_earlier_protocols(rerun, stored)
+
+    def row(accuracies, steps):
+        return {"accuracy": {"values": accuracies}, "per_test": {"zh": {"values": [a - 0.1 for a in accuracies]}},
+                "best_step": steps}
+
+    stored = {"protocols": ["muki", "realistic"], "seeds": [1], "student_lr": [3e-4],
+              "students": {"muki": {"default": row([0.70], [400])}, "realistic": {"default": row([0.60], [200])}},
+              "supervised": {"muki": row([0.80], [None]), "realistic": row([0.75], [None])}}
+    rerun = {"protocols": ["realistic"], "seeds": [1, 2], "student_lr": [1e-4],
+             "students": {"realistic": {"default": row([0.62, 0.66], [300, 500])}},
+             "supervised": {"realistic": row([0.76, 0.78], [None, None])}}
+    merged = with_stored_figures(rerun, stored)
     assert merged["protocols"] == ["muki", "realistic"]
     assert merged["seeds_by_protocol"] == {"muki": [1], "realistic": [1, 2]}
-    assert merged["students"] == {"muki": "muki s1", "realistic": "realistic s1,2"}
-    assert merged["supervised"] == {"muki": "ref muki s1", "realistic": "ref realistic s1,2"}
-    again = with_earlier_protocols({**rerun, "protocols": ["muki"], "seeds": [3], "students": {"muki": "muki s3"},
-                                    "supervised": {"muki": "ref muki s3"}}, merged)
-    assert again["seeds_by_protocol"] == {"muki": [3], "realistic": [1, 2]}  # stored per protocol, not the run's
-    assert with_earlier_protocols(stored, {}) is stored  # nothing stored: the run as it is
+    assert merged["students"]["muki"] == stored["students"]["muki"]  # not run: kept as stored
+    assert merged["students"]["realistic"]["default"]["accuracy"]["values"] == [0.62, 0.66]  # seed 1 rerun: replaced
+    assert merged["student_lr"] == [1e-4, 3e-4]
+
+    seed_2 = {"protocols": ["muki"], "seeds": [2], "student_lr": [3e-4],
+              "students": {"muki": {"default": row([0.74], [600])}}, "supervised": {"muki": row([0.84], [None])}}
+    again = with_stored_figures(seed_2, merged)
+    assert again["seeds_by_protocol"] == {"muki": [1, 2], "realistic": [1, 2]}
+    default = again["students"]["muki"]["default"]
+    assert default["accuracy"]["values"] == [0.70, 0.74] and abs(default["accuracy"]["mean"] - 0.72) < 1e-12
+    assert abs(default["accuracy"]["std"] - 0.028284271247461905) < 1e-12  # stdev of 0.70 and 0.74
+    assert [round(v, 2) for v in default["per_test"]["zh"]["values"]] == [0.60, 0.64]
+    assert default["best_step"] == [400, 600]
+    assert again["supervised"]["muki"]["accuracy"]["values"] == [0.80, 0.84]
+    assert again["students"]["realistic"] == merged["students"]["realistic"]
+
+    other_rows = {**seed_2, "students": {"muki": {"default": row([0.74], [600]), "new row": row([0.5], [100])}}}
+    assert with_stored_figures(other_rows, merged)["seeds_by_protocol"]["muki"] == [2]  # rows changed: the run alone
+    assert with_stored_figures(stored, {}) is stored  # nothing stored: the run as it is
