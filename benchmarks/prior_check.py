@@ -3,7 +3,9 @@
 For each workspace: the check as kamal amalgamate makes it on the transfer set (label-free: on the rows RMD gives
 each teacher, how often the prototype classifier names the teacher's predicted class, against chance agreement),
 then, from the transfer set's gold copy (read here only to measure), the same agreement on each teacher's true
-rows and how often the prototype classifier, the ensemble and their product name the gold label.
+rows and how often the prototype classifier, the ensemble and their product name the gold label; last, the check
+as each selection score would make it, on every row the score gives a teacher (the check before 2026-11-27) and on
+the surer half of them (the check kamal makes), with the share of those rows that are truly the teacher's.
 
     python benchmarks/prior_check.py benchmarks/work/quick-protocols-two-halves \
         benchmarks/work/quick-protocols-cross-lingual [--data pool --gold pool-gold] [--encoder BASE]
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kamalcli.data.text import load_dataset_rows  # noqa: E402
 from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
 from kamalcli.probe.fit_plan import rmd_fit_plan  # noqa: E402
-from kamalcli.probe.prior_check import agreement, transfer_check  # noqa: E402
+from kamalcli.probe.prior_check import agreement, surer_half, transfer_check  # noqa: E402
 from kamalcli.probe.prototypes import DEFAULT_ENCODER, class_posterior, fit_prototypes  # noqa: E402
 from kamalcli.probs import softmax  # noqa: E402
 from kamalcli.workspace.folder import find_workspace  # noqa: E402
@@ -60,7 +62,39 @@ def measure(root: Path, data: str, gold_name: str, encoder: str = DEFAULT_ENCODE
     ensemble = softmax(np.concatenate([ProbeArrays.load(Path(p.path)).logits for p in probes], axis=1), axis=1)
     for label, target in (("prototype classifier", prior), ("ensemble", ensemble), ("ensemble x prior", ensemble * prior)):
         print(f"- {label}: names the gold label on {100 * (target.argmax(1) == gold_index).mean():.1f}% of rows")
+    by_selector(teachers, [store.probe_rows(p.id) for p in probes], fit.shares(), prior, owner, owner[gold_index])
     print()
+
+
+def by_selector(teachers, rows: list[dict], prototype_shares: np.ndarray, prior: np.ndarray, owner: np.ndarray,
+                gold_owner: np.ndarray) -> None:
+    """The check as each selection score would make it: on all the rows it gives a teacher, and on their surer half."""
+    confidences = {
+        "rmd": [-np.asarray(r["rmd"], dtype=np.float64) for r in rows] if all(None not in r["rmd"] for r in rows)
+        else None,
+        "entropy": [-np.asarray(r["entropy"], dtype=np.float64) / np.log(len(t.labels)) for r, t in zip(rows, teachers)],
+        "mc-dropout": [-np.asarray(r["mc_uhat"], dtype=np.float64) for r in rows] if all(None not in r["mc_uhat"] for r in rows)
+        else None,
+        "max-prob": [np.asarray(r["max_prob"], dtype=np.float64) for r in rows],
+        "prototype": list(prototype_shares.T)}
+    print("\nthe check under each selection score (all rows it gives a teacher | their surer half; own: truly the "
+          "teacher's, gold read only here):")
+    print("| selection | right % | teacher | rows | own % | kappa | passes | surer rows | own % | kappa | passes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, columns in confidences.items():
+        if columns is None:
+            continue
+        confidence = np.stack(columns, axis=1)
+        picked = confidence.argmax(axis=1)
+        for i, t in enumerate(teachers):
+            cells = []
+            for rows_i in (np.flatnonzero(picked == i), surer_half(confidence, i)):
+                a = agreement(t.name, prior[rows_i][:, owner == i].argmax(1),
+                              np.asarray(rows[i]["pred"])[rows_i], int((owner == i).sum()))
+                own = 100 * (gold_owner[rows_i] == i).mean() if len(rows_i) else 0.0
+                cells += [f"{a.rows:,}", f"{own:.1f}", f"{a.kappa:.2f}", "yes" if a.clear else "no"]
+            right = f"{100 * (picked == gold_owner).mean():.1f}" if i == 0 else ""
+            print(f"| {name if i == 0 else ''} | {right} | {t.name} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:

@@ -223,7 +223,8 @@ def test_the_default_commits_to_the_picked_teacher_only_where_it_beats_vanilla_k
     figure = decision["figure"]
     # vanilla-kd's target weighs each teacher by exp(log-sum-exp of its logits): it picks as energy does
     energy = next(s for s in added.json("report")["selection"] if s["data"] == "test" and s["score"] == "energy")
-    commit = 1.0 if figure["interval"][0] > energy["accuracy"] else 0.0
+    assert figure["balanced"] and energy["balanced"] is not None  # judged balanced over teachers
+    commit = 1.0 if figure["interval"][0] > energy["balanced"] else 0.0
     assert f"muki-hard, {decision['commit']['line']}" in added("report").stdout  # the report says it first
     assert decision["commit"]["commit"] == commit
     result = added("amalgamate", "--method", "muki-hard", "--name", "v1", *added.train)
@@ -232,13 +233,13 @@ def test_the_default_commits_to_the_picked_teacher_only_where_it_beats_vanilla_k
             0.0: f"each row learns vanilla-kd's target (the concatenated logits), because {decision['score']} does "
                  "not pick"}[commit]
     assert (f"commit=auto: {said} the right teacher clearly better than vanilla-kd's own pick (energy, "
-            f"{100 * energy['accuracy']:.1f}%): {100 * figure['accuracy']:.1f}% of 80 labelled rows of test"
-            ) in result.stderr
+            f"{100 * energy['balanced']:.1f}%): {100 * figure['accuracy']:.1f}% of 80 labelled rows of test, balanced "
+            "over teachers") in result.stderr
     [student] = added.json("students")
     assert student["options"]["commit"] == "auto"  # what was asked stays recorded; what it became, beside it
     assert student["train"]["objective"]["commit"] == commit
     run = next(r for r in added.json("runs") if r["name"] == "v1")
-    assert run["params"]["gate"]["baseline"] == energy["accuracy"]  # a resumed run reuses it
+    assert run["params"]["gate"]["baseline"] == energy["balanced"]  # a resumed run reuses it
 
 
 def test_without_a_measured_selection_the_default_keeps_mukis_target_and_says_so(added):

@@ -34,16 +34,51 @@ def test_a_teacher_the_prototypes_cannot_read_fails_the_check_and_one_given_no_r
     probs = np.full((n, 5), 0.01)
     probs[np.arange(n), truth_a] = 1.0               # on a's labels the prototypes name a's class
     probs[np.arange(n), 3 + rng.integers(0, 2, n)] = 1.0  # on b's labels they guess
-    check = check_prior(["a", "b"], probs, [[0, 1, 2], [3, 4]], [truth_a, truth_b], selected, "pool", "rmd")
+    check = check_prior(["a", "b"], probs, [[0, 1, 2], [3, 4]], [truth_a, truth_b], np.eye(2)[selected], "pool", "rmd")
     by_name = {t.teacher: t for t in check.teachers}
     assert by_name["a"].clear and by_name["a"].kappa == pytest.approx(1.0)
     assert not by_name["b"].clear and abs(by_name["b"].kappa) < 0.15
     assert not check.passed
     assert check.line("synth", "minilm-l6").startswith(
-        "the prototypes of synth in minilm-l6 do not read every teacher's rows of pool: on the rows rmd gives each "
-        "teacher, they name the teacher's class no more often than chance for b: ")
-    only_a = check_prior(["a", "b"], probs, [[0, 1, 2], [3, 4]], [truth_a, truth_b], np.zeros(n, int), "pool", "rmd")
+        "the prototypes of synth in minilm-l6 do not read every teacher's rows of pool: on the surer half of the rows "
+        "rmd gives each teacher, they name the teacher's class no more often than chance for b: ")
+    only_a = check_prior(["a", "b"], probs, [[0, 1, 2], [3, 4]], [truth_a, truth_b], np.tile([1.0, 0.0], (n, 1)),
+                         "pool", "rmd")
     assert only_a.passed and only_a.teachers[1].rows == 0  # b given no rows: nothing known against it
+
+
+def test_the_surer_half_of_a_teacher_s_rows_by_its_margin_over_the_next_teacher():
+    from kamalcli.probe.prior_check import surer_half
+
+    confidence = np.array([[0.9, 0.1, 0.0],   # teacher 0, margin 0.8
+                           [0.5, 0.4, 0.0],   # teacher 0, margin 0.1
+                           [0.2, 0.7, 0.1],   # teacher 1
+                           [0.6, 0.0, 0.3],   # teacher 0, margin 0.3
+                           [0.4, 0.0, 0.35],  # teacher 0, margin 0.05
+                           [0.7, 0.2, 0.1]])  # teacher 0, margin 0.5
+    # five rows go to teacher 0; the surer half, rounded up, is three: margins 0.8, 0.5, 0.3
+    assert surer_half(confidence, 0).tolist() == [0, 5, 3]
+    assert surer_half(confidence, 1).tolist() == [2] and surer_half(confidence, 2).tolist() == []
+
+
+def test_rows_a_selector_gives_a_teacher_by_mistake_do_not_pass_the_check_for_it():
+    """The Chinese teacher's case: its own rows unread (the prototypes guess), but the selector also gives it
+    foreign rows the prototypes read, with small margins. All its rows together pass; the surer half fails."""
+    from kamalcli.probe.prior_check import agreement, check_prior
+
+    rng = np.random.default_rng(1)
+    own, foreign = 600, 400
+    truth = rng.integers(0, 2, own + foreign)   # teacher b's predicted class on each of its rows
+    probs = np.full((own + foreign, 4), 0.01)   # union columns: a's labels 0-1, b's 2-3
+    probs[np.arange(own), 2 + rng.integers(0, 2, own)] = 1.0      # b's own rows: the prototypes guess
+    probs[own + np.arange(foreign), 2 + truth[own:]] = 1.0        # foreign rows: they name b's class
+    margin = np.concatenate([rng.uniform(0.5, 1.0, own), rng.uniform(0.0, 0.5, foreign)])
+    confidence = np.stack([np.zeros(own + foreign), margin], axis=1)  # every row to b
+    everything = agreement("b", probs[:, 2:].argmax(axis=1), truth, 2)
+    assert everything.clear  # what the check read before: 1,000 rows, 400 of them read, pass
+    check = check_prior(["a", "b"], probs, [[0, 1], [2, 3]], [truth, truth], confidence, "pool", "rmd")
+    b = check.teachers[1]
+    assert b.rows == 500 and not b.clear and not check.passed and check.teachers[0].rows == 0
 
 
 def test_the_prior_follows_the_check_teacher_by_teacher():

@@ -85,9 +85,10 @@ def _probed(summary: dict) -> None:
 
 
 def _selection_table(dataset: str, result: dict) -> None:
-    rows = [(score, pct(r["accuracy"]), "-" if r["auroc"] is None else f"{r['auroc']:.3f}", pct(r.get("target_accuracy")))
-            for score, r in result.items()]
-    table(f"Teacher selection on {dataset} (gold labels)", ["score", "selects right teacher %", "AUROC", "hard target right %"], rows)
+    rows = [(score, pct(r["accuracy"]), pct(r.get("balanced")), "-" if r["auroc"] is None else f"{r['auroc']:.3f}",
+             pct(r.get("target_accuracy"))) for score, r in result.items()]
+    table(f"Teacher selection on {dataset} (gold labels)",
+          ["score", "selects right teacher %", "balanced over teachers %", "AUROC", "hard target right %"], rows)
 
 
 @click.command()

@@ -2,11 +2,16 @@
 
 One function decides, for kamal amalgamate (the student trains with it), kamal probe and kamal report (they
 name it): `decide_auto`. The rule:
-1. A score counts only if its measured selection accuracy is clearly above chance: the lower bound of its 95%
-   Wilson interval lies above chance. Chance is the accuracy of the best constant selector, the share of
-   rows whose label the most common owner knows: a score that does no better than always picking that teacher
-   adds nothing (on balanced data with T teachers of disjoint labels it is 1/T; 1/T would flatter a score on
-   unbalanced data).
+1. A score counts only if its measured selection accuracy, balanced over teachers (kamalcli/probe/selection.py:
+   each teacher's rows weigh alike, whatever share of the measured rows it owns), is clearly above chance: the
+   lower bound of its 95% Wilson interval (on the effective rows) lies above chance. Chance is the best constant
+   selector's balanced accuracy: 1/T for T teachers of disjoint labels; a score that does no better than always
+   picking one teacher adds nothing. Balanced, because the measured rows' teacher mix is not the transfer
+   rows': generated text has as many rows per label, so on a pair of teachers of 10 and 2 labels always
+   picking the first is right on 83.3% of it, and plain accuracy ranked energy, which does exactly that there,
+   above the scores that choose (measured, docs/benchmarks.md). Figures stored before balanced accuracy was
+   (migration m014) are judged by their plain accuracy against the plain chance, the share of rows whose label
+   the most common owner knows.
 2. A score's figure is its measurement on real labelled rows when there is one (the most rows first), on text
    kamal synthesize wrote otherwise: generated rows are labelled by the class they were steered to, which is
    weaker evidence. Figures that cannot describe the student's score do not count: a fitted score (RMD, the
@@ -62,6 +67,7 @@ class Figure:
     accuracy: float
     chance: float
     cross_fitted: int | None = None  # folds: a fitted score measured on its own fit's rows, out of sample
+    total_rows: int | None = None    # balanced: the measured rows (rows: their effective number); None: plain
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -80,13 +86,18 @@ class Figure:
         low, high = self.interval
         kind = "generated" if self.generated else "labelled"
         folds = f", {self.cross_fitted}-fold cross-fitted" if self.cross_fitted else ""
-        return (f"{_pct(self.accuracy)} of {self.rows:,} {kind} rows of {self.data}{folds} (95% interval "
-                f"{100 * low:.1f}-{_pct(high)}; chance {_pct(self.chance)})")
+        if self.total_rows is None:
+            return (f"{_pct(self.accuracy)} of {self.rows:,} {kind} rows of {self.data}{folds} (95% interval "
+                    f"{100 * low:.1f}-{_pct(high)}; chance {_pct(self.chance)})")
+        return (f"{_pct(self.accuracy)} of {self.total_rows:,} {kind} rows of {self.data}, balanced over teachers"
+                f"{folds} (95% interval {100 * low:.1f}-{_pct(high)} on {self.rows:,} effective rows; chance "
+                f"{_pct(self.chance)})")
 
     def as_json(self) -> dict:
         return {"score": self.score, "data": self.data, "generated": self.generated, "rows": self.rows,
                 "accuracy": self.accuracy, "interval": list(self.interval), "chance": self.chance,
-                "clear": self.clear, "cross_fitted": self.cross_fitted}
+                "clear": self.clear, "cross_fitted": self.cross_fitted, "balanced": self.total_rows is not None,
+                "total_rows": self.total_rows}
 
 
 @dataclass(frozen=True)
@@ -253,11 +264,20 @@ def chance(label_counts: dict[str, int], teachers) -> float:
     return max(sum(n for label, n in label_counts.items() if label in t.labels) for t in teachers) / covered
 
 
+def balanced_chance(label_counts: dict[str, int], teachers) -> float:
+    """The best constant selector's balanced accuracy: always picking teacher j is right on the share of each
+    teacher's rows whose label j knows too (1 on its own), averaged over the teachers owning rows."""
+    owned = [{label: n for label, n in label_counts.items() if label in t.labels and n} for t in teachers]
+    groups = [rows for rows in owned if rows]
+    if not groups:
+        return 1.0
+    return max(sum(sum(n for label, n in rows.items() if label in j.labels) / sum(rows.values()) for rows in groups)
+               / len(groups) for j in teachers)
+
+
 def measured_figures(store, teachers, plan) -> list[Figure]:
     """The newest stored figure per (labelled dataset, score) for exactly these teachers that can describe the
     student's score (rule 2 above); plan: what RMD will be fitted on (kamalcli/probe/fit_plan.py)."""
-    from kamalcli.data.text import is_generated
-
     names = {t.name for t in teachers}
     newest = {}
     for row in store.selections():  # in id order: a later row replaces an earlier one
@@ -272,9 +292,20 @@ def measured_figures(store, teachers, plan) -> list[Figure]:
             continue
         if score in FITTED and not _fitted_as_planned(store, row, teachers, plan):
             continue
-        figures.append(Figure(score, dataset.name, is_generated(dataset), int(row["num_rows"]), float(row["accuracy"]),
-                              chance(dataset.label_counts, teachers), row["cross_fitted"]))
+        figures.append(_figure(row, dataset, teachers))
     return figures
+
+
+def _figure(row: dict, dataset, teachers) -> Figure:
+    """A stored selection row as the figure rule 1 judges: balanced over teachers, or plain when stored before."""
+    from kamalcli.data.text import is_generated
+
+    if row.get("balanced") is None:
+        return Figure(row["score"], dataset.name, is_generated(dataset), int(row["num_rows"]), float(row["accuracy"]),
+                      chance(dataset.label_counts, teachers), row["cross_fitted"])
+    return Figure(row["score"], dataset.name, is_generated(dataset), max(1, round(row["balanced_rows"])),
+                  float(row["balanced"]), balanced_chance(dataset.label_counts, teachers), row["cross_fitted"],
+                  int(row["num_rows"]))
 
 
 def _fitted_as_planned(store, row, teachers, plan) -> bool:

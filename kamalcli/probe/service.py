@@ -38,6 +38,7 @@ def selection_rows(store) -> list[dict]:
         sentence = dataset.task == "sequence" and dataset.has_labels and None not in group
         out.append({"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
                     "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
+                    "balanced": r.get("balanced"),
                     "options_key": r["options_key"],
                     "interval": list(wilson_interval(round(r["accuracy"] * r["num_rows"]), r["num_rows"]))
                     if measured else None,

@@ -98,9 +98,11 @@ def selection_section(report: Report) -> str:
     out = []
     for data, names, rows, best in selection_groups(report.selection):
         out.append(f"<h3>{escape(data)} ({escape(', '.join(names))})</h3>")
-        out.append(_table(["score", "selects the right teacher %", "AUROC right vs wrong", "hard target right %", "rows"],
-                          [(r["score"], _pct(r["accuracy"]), _f3(r["auroc"]), _pct(r["target_accuracy"]), r["rows"])
-                           for r in rows], best_row=rows.index(best) if best else None))
+        out.append(_table(["score", "selects the right teacher %", "balanced over teachers %", "AUROC right vs wrong",
+                           "hard target right %", "rows"],
+                          [(r["score"], _pct(r["accuracy"]), _pct(r.get("balanced")), _f3(r["auroc"]),
+                            _pct(r["target_accuracy"]), r["rows"]) for r in rows],
+                          best_row=rows.index(best) if best else None))
         if best:
             out.append(f'<p class="note">{escape(best["score"])} selects the right teacher most often '
                        f'({_pct(best["accuracy"])}% of {best["rows"]:,} rows).</p>')

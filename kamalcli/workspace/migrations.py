@@ -336,3 +336,12 @@ def m013_cross_fitted_selection(db):
     # a fit on the other folds (kamalcli/probe/cross_fit.py), the number of folds here. NULL for every figure
     # stored before: those were in-sample and stay uncounted.
     db.execute("ALTER TABLE selection ADD COLUMN cross_fitted INTEGER")
+
+
+@migration
+def m014_balanced_selection(db):
+    # Selection accuracy balanced over teachers (kamalcli/probe/selection.py), what score=auto and commit=auto
+    # judge by, with its effective rows. NULL for figures stored before: those are judged by their plain accuracy
+    # until `kamal probe` measures them again.
+    db.execute("ALTER TABLE selection ADD COLUMN balanced REAL")
+    db.execute("ALTER TABLE selection ADD COLUMN balanced_rows REAL")

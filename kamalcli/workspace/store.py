@@ -393,9 +393,11 @@ class Store:
             for score, r in results.items():
                 self.db.execute(
                     "INSERT INTO selection (dataset_id, options_key, teachers, probe_ids, score, accuracy, auroc, "
-                    "target_accuracy, num_rows, cross_fitted, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "target_accuracy, num_rows, cross_fitted, balanced, balanced_rows, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [dataset_id, options_key, names, _dumps(probe_ids), score, r.get("accuracy"), r.get("auroc"),
-                     r.get("target_accuracy"), r.get("rows", 0), r.get("cross_fitted"), now()],
+                     r.get("target_accuracy"), r.get("rows", 0), r.get("cross_fitted"), r.get("balanced"),
+                     r.get("balanced_rows"), now()],
                 )
 
     def selections(self) -> list[dict]:
