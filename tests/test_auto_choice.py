@@ -284,3 +284,18 @@ def test_kamal_refuses_to_fit_or_select_on_a_test_set(added, assets, command):
 def test_a_test_set_needs_labels(added, assets):
     result = added("add-data", assets["pool"], "--name", "held", "--role", "test", code=2)
     assert "the test set needs gold labels" in result.output
+
+
+def test_near_the_ceiling_a_score_earlier_in_the_order_keeps_its_place_unless_clearly_below():
+    from kamalcli.probe.auto_score import decide
+
+    # debian-topics' two teachers, seed 2: 199 of 200 generated rows -> Wilson 95% (0.9722, 0.9991) by hand:
+    # centre (0.995 + 0.0096) / 1.0192 = 0.9857, half-width 1.96 x 0.006992 / 1.0192 = 0.0134
+    prototype = figure("prototype", 0.995, 200, "synth", generated=True)
+    assert prototype.interval == pytest.approx((0.9722, 0.9991), abs=1e-4)
+    fused_close = figure("rmd+prototype", 0.975, 200, "synth", generated=True)   # not clearly below: kept
+    assert decide([prototype, fused_close], (5, 5)).score == "rmd+prototype"
+    fused_below = figure("rmd+prototype", 0.95, 200, "synth", generated=True)    # clearly below: the leader
+    assert decide([prototype, fused_below], (5, 5)).score == "prototype"
+    # a real labelled figure still comes before any generated one, whatever the order says
+    assert decide([prototype, figure("entropy", 0.80, 600)], (5, 5)).score == "entropy"
