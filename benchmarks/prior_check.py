@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kamalcli.data.text import load_dataset_rows  # noqa: E402
 from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
+from kamalcli.probe.figures import SCORES  # noqa: E402
 from kamalcli.probe.fit_plan import rmd_fit_plan  # noqa: E402
 from kamalcli.probe.prior_check import agreement, surer_half, transfer_check  # noqa: E402
 from kamalcli.probe.prototypes import DEFAULT_ENCODER, class_posterior, fit_prototypes  # noqa: E402
@@ -53,7 +54,8 @@ def measure(root: Path, data: str, gold_name: str, encoder: str = DEFAULT_ENCODE
                          encoder=encoder, max_length=64, device="cpu", say=lambda _: None)
     prior = class_posterior(fit.vectors, fit.prototypes)[:, [fit.names.index(n) for n in names]]
     probes = [max(store.probes(teacher_id=t.id, dataset_id=dataset.id), key=lambda p: p.id) for t in teachers]
-    logits = [np.asarray(store.probe_rows(p.id)["pred"]) for p in probes]
+    rows = [store.probe_rows(p.id) for p in probes]
+    logits = [np.asarray(r["pred"]) for r in rows]
     print(f"\non each teacher's true rows ({gold_name}, labels read only here):")
     for i, t in enumerate(teachers):
         mine = owner[gold_index] == i
@@ -62,21 +64,17 @@ def measure(root: Path, data: str, gold_name: str, encoder: str = DEFAULT_ENCODE
     ensemble = softmax(np.concatenate([ProbeArrays.load(Path(p.path)).logits for p in probes], axis=1), axis=1)
     for label, target in (("prototype classifier", prior), ("ensemble", ensemble), ("ensemble x prior", ensemble * prior)):
         print(f"- {label}: names the gold label on {100 * (target.argmax(1) == gold_index).mean():.1f}% of rows")
-    by_selector(teachers, [store.probe_rows(p.id) for p in probes], fit.shares(), prior, owner, owner[gold_index])
+    by_selector(teachers, rows, fit.shares(), prior, owner, owner[gold_index])
     print()
 
 
 def by_selector(teachers, rows: list[dict], prototype_shares: np.ndarray, prior: np.ndarray, owner: np.ndarray,
                 gold_owner: np.ndarray) -> None:
     """The check as each selection score would make it: on all the rows it gives a teacher, and on their surer half."""
-    confidences = {
-        "rmd": [-np.asarray(r["rmd"], dtype=np.float64) for r in rows] if all(None not in r["rmd"] for r in rows)
-        else None,
-        "entropy": [-np.asarray(r["entropy"], dtype=np.float64) / np.log(len(t.labels)) for r, t in zip(rows, teachers)],
-        "mc-dropout": [-np.asarray(r["mc_uhat"], dtype=np.float64) for r in rows] if all(None not in r["mc_uhat"] for r in rows)
-        else None,
-        "max-prob": [np.asarray(r["max_prob"], dtype=np.float64) for r in rows],
-        "prototype": list(prototype_shares.T)}
+    needs = {"rmd": "rmd", "entropy": "uhat", "mc-dropout": "mc_uhat", "max-prob": "max_prob"}
+    confidences = {score: [SCORES[score](r) for r in rows] if all(None not in r[column] for r in rows) else None
+                   for score, column in needs.items()}
+    confidences["prototype"] = list(prototype_shares.T)
     print("\nthe check under each selection score (all rows it gives a teacher | their surer half; own: truly the "
           "teacher's, gold read only here):")
     print("| selection | right % | teacher | rows | own % | kappa | passes | surer rows | own % | kappa | passes |")
