@@ -68,3 +68,21 @@ def test_on_generated_text_of_ten_and_two_labels_energy_s_constant_pick_no_longe
     plain = [_figure({**row("energy", 200, 0), "balanced": None}, dataset, [first, second]),
              _figure({**row("entropy", 108, 32), "balanced": None}, dataset, [first, second])]
     assert plain[0].accuracy == pytest.approx(200 / 240) and decide(plain, (10, 2), ("energy", "entropy")).score == "energy"
+
+
+def test_the_report_names_the_most_accurate_score_by_its_balanced_figure():
+    """The report's "selects the right teacher most often" ranks as score=auto does: energy's constant pick of the
+    larger teacher (83.3% plain, 50.0% balanced) does not lead entropy (58.3% plain, 67.0% balanced)."""
+    from kamalcli.probe.service import selection_groups
+
+    def row(score, accuracy, balanced):
+        return {"data": "synth", "teachers": ["en", "zh"], "options_key": "", "score": score, "accuracy": accuracy,
+                "balanced": balanced, "in_sample": False}
+
+    rows = [row("energy", 0.833, 0.500), row("entropy", 0.583, 0.670), row("oracle", 1.0, 1.0)]
+    (_, _, _, best), = selection_groups(rows)
+    assert best["score"] == "entropy"
+    # figures stored before balanced accuracy existed rank by the plain one
+    rows = [row("energy", 0.833, None), row("entropy", 0.583, None)]
+    (_, _, _, best), = selection_groups(rows)
+    assert best["score"] == "energy"

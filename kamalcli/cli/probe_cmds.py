@@ -163,7 +163,10 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
                        f"cross-fitted: each of {cross_fitted[0]['cross_fitted']} folds scored by a fit on the others.")
         if best:
             only = "" if best["score"] in USABLE else " (measured only: no student selects with it)"
-            click.echo(f"On {data}, {best['score']} selects the right teacher most often: {_figure(best)}{only}.")
+            balanced = (f" (balanced over teachers: {pct(best['balanced'])}%)" if best.get("balanced") is not None
+                        else "")
+            click.echo(f"On {data}, {best['score']} selects the right teacher most often{balanced}: "
+                       f"{_figure(best)}{only}.")
     for decision in decisions:
         click.echo(f"{', '.join(decision['teachers'])}: {decision['line']}")
         if decision["figure"]:

@@ -52,7 +52,8 @@ def selection_rows(store) -> list[dict]:
 def selection_groups(rows: list[dict]) -> list[tuple[str, tuple[str, ...], list[dict], dict | None]]:
     """Selection rows per (dataset, teachers, probe settings): (dataset, teachers, rows, the row of the
     score that selects the right teacher most often, oracle, the auto row and in-sample figures aside; None
-    without one)."""
+    without one). "Most often" is balanced over teachers where that was measured, as score=auto judges it, so
+    that a score which always names the teacher of most rows does not lead."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["data"], tuple(r["teachers"]), r["options_key"]), []).append(r)
@@ -60,8 +61,12 @@ def selection_groups(rows: list[dict]) -> list[tuple[str, tuple[str, ...], list[
     for (data, names, _), members in groups.items():
         real = [r for r in members if r["score"] != "oracle" and not r["score"].startswith("auto: ")
                 and not r.get("in_sample") and r["accuracy"] is not None]
-        out.append((data, names, members, max(real, key=lambda r: r["accuracy"]) if real else None))
+        out.append((data, names, members, max(real, key=_selection_figure) if real else None))
     return out
+
+
+def _selection_figure(row: dict) -> float:
+    return row["balanced"] if row.get("balanced") is not None else row["accuracy"]
 
 
 def _check_token_request(request: ProbeRequest, rmd_fit, teachers, datasets) -> None:

@@ -104,8 +104,10 @@ def selection_section(report: Report) -> str:
                             _pct(r["target_accuracy"]), r["rows"]) for r in rows],
                           best_row=rows.index(best) if best else None))
         if best:
+            balanced = (f", balanced over teachers {_pct(best['balanced'])}%" if best.get("balanced") is not None
+                        else "")
             out.append(f'<p class="note">{escape(best["score"])} selects the right teacher most often '
-                       f'({_pct(best["accuracy"])}% of {best["rows"]:,} rows).</p>')
+                       f'({_pct(best["accuracy"])}% of {best["rows"]:,} rows{balanced}).</p>')
     for decision in report.auto:  # the one recommendation: only from a figure clearly above chance
         hint = (f" MUKI methods select with it by default; <code>--option score={escape(decision['score'])}</code> "
                 "names it." if decision["figure"] else "")
