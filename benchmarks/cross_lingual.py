@@ -25,6 +25,7 @@ ROWS = 1500         # labelled training rows per language (their texts are the t
 TEST_ROWS = 600     # test rows per language
 LR = 3e-4           # the teachers' rate; students and the supervised bound train at kamal's default
 TEACHER_EPOCHS = 3
+TEACHER_SEED = 0    # both teachers' training seed (benchmarks/cross_lingual_builds.py trains other builds)
 STUDENT_EPOCHS = None  # kamal's default budget: at most 600 steps, early stopping on the held-out transfer loss
 STUDENT_SETTINGS = ("--embeddings", "freeze")
 BUDGET = AT_DEFAULTS   # in the students' names: earlier runs trained 2 epochs ("2ep"), then kamal's steps at LR ("steps")
@@ -82,7 +83,7 @@ def _teacher(bench: Bench, ws: Workspace, name: str, labels: list[str]) -> None:
     if not ws.has_teacher(name):
         bench.say(f"train teacher {name} on {', '.join(labels)}")
         ws("train-teacher", "labelled", "--labels", ",".join(labels), "--name", name, "--base", BASE,
-           "--base-layers", str(LAYERS), *_train_args(bench, TEACHER_EPOCHS))
+           "--base-layers", str(LAYERS), *_train_args(bench, TEACHER_EPOCHS, TEACHER_SEED))
 
 
 def _teacher_labels(ws: Workspace) -> dict[str, list[str]]:

@@ -1,0 +1,147 @@
+"""The cross-lingual pair's default student on other builds of its teachers (issue 31).
+
+At fixed code, the pair's teachers rebuild row for row: rebuilt in a fresh folder at the stored seed, they gave the
+stored build's every figure. The earlier builds, each made with the code of its day, differed, and one of them broke
+the default (docs/benchmarks.md). So that the decisions can be seen on teachers other than one build's, each build
+here trains both teachers with another seed (`cross_lingual.TEACHER_SEED`), in a folder of its own, then walks what
+default-student walks on the realistic protocol: the teachers added to a fresh workspace as folders, `kamal
+synthesize` (kamal's prompt), a bare `kamal probe`, the default student (seed 1,
+on the 2,000 pool rows no teacher saw, kamal's defaults), and only then the labelled sets as test sets. Per build:
+the ensemble, `score=auto`'s pick and the prior's check, how often each score picks the right teacher on the pool
+(its gold copy, read only to measure) and on the generated rows (balanced over teachers), and the default's
+accuracy overall and per language.
+
+    python benchmarks/cross_lingual_builds.py --teacher-seeds 0,2,3
+
+Each build lives in KAMAL_BENCH_WORK (default benchmarks/work)/cross-lingual-builds/teacher-seed-N and is reused when
+run again. Results merge by teacher seed into benchmarks/results/cross-lingual-builds.{json,md}. About 35 minutes a
+build on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+STEM = "cross-lingual-builds"
+SCORES = ("mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rmd+prototype")
+
+
+def one_build(teacher_seed: int) -> dict:
+    """In a process whose KAMAL_BENCH_WORK is this build's folder: the walk above, its figures."""
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent))
+    import cross_lingual
+    import default_student as ds
+    from common import DEFAULT_DATA, PROFILES, Bench
+
+    started = time.perf_counter()
+    cross_lingual.TEACHER_SEED = teacher_seed
+    bench = Bench("default-student", PROFILES["quick"], DEFAULT_DATA, [1], settings=["cross-lingual"],
+                  protocols=["realistic"])
+    setting = next(s for title, s in ds.SETTINGS.items() if "cross-lingual" in title)
+    ws = ds.student_workspace(bench, setting)
+    ds.generated_and_probed(bench, setting, ws)
+    label, method, options, extra = ds.ROWS[3]
+    student = bench.train_student(ws, ds._name("realistic", label), method, list(setting.teachers), 1, options,
+                                  base=setting.base, data="pool", extra=(*extra, *setting.student),
+                                  default_budget=True)
+    ds.labelled_afterwards(bench, setting, ws)
+    tests = list(setting.tests(bench))
+    selection = {(s["data"], s["score"]): s for s in ws.json("report")["selection"]}
+    trained = next(s for s in ws.json("students") if s["name"] == student)["train"]["objective"]
+    return {
+        "teacher_seed": teacher_seed,
+        "ensemble": {t: ws.json("eval", "--baseline", "ensemble", "--data", t)["accuracy"] for t in tests},
+        "default": {t: ws.json("eval", student, "--data", t)["accuracy"] for t in tests},
+        "score": trained["score"], "commit": trained["commit"], "prior": trained["prior"],
+        "check": pool_check(ws.root, list(setting.teachers)),
+        "pool": {score: selection[("pool-gold", score)]["accuracy"] for score in SCORES
+                 if ("pool-gold", score) in selection},
+        "generated_balanced": {score: selection[(ds.GENERATED, score)].get("balanced") for score in SCORES
+                               if (ds.GENERATED, score) in selection},
+        "minutes": (time.perf_counter() - started) / 60,
+    }
+
+
+def pool_check(root: Path, names: list[str]) -> dict:
+    """The prior's check as kamal amalgamate makes it on --data pool: per teacher, kappa and whether it passes."""
+    from kamalcli.probe.prior_check import transfer_check
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER
+    from kamalcli.workspace.folder import find_workspace
+    from kamalcli.workspace.store import Store
+
+    workspace = find_workspace(str(root))
+    store = Store.open(workspace)
+    teachers = [t for t in store.teachers() if t.name in names]
+    check = transfer_check(workspace, store, teachers, store.dataset("pool"), None, encoder=DEFAULT_ENCODER,
+                           device="cpu")
+    return {} if check is None else {t["teacher"]: t for t in check.as_json()["teachers"]}
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def render(builds: list[dict]) -> str:
+    head = ("| teacher seed | ensemble % | score=auto | the pick on the pool % | on the generated rows, balanced % "
+            "| prior's check on the pool, kappa (en-topics / zh-sentiment) | commit, prior | "
+            "default % (all / English / Chinese) |")
+    rows = [head, "|" + "---|" * 8]
+    for b in builds:
+        kappas = " / ".join(f"{b['check'][t]['kappa']:.2f}" + ("" if b["check"][t]["clear"] else " (fails)")
+                            for t in ("en-topics", "zh-sentiment") if t in b["check"]) or "not made"
+        d = b["default"]
+        rows.append(f"| {b['teacher_seed']} | {pct(b['ensemble']['test'])} | {b['score']} | "
+                    f"{pct(b['pool'].get(b['score']))} | {pct(b['generated_balanced'].get(b['score']))} | {kappas} | "
+                    f"{b['commit']}, {b['prior']} | {pct(d['test'])} / {pct(d.get('test-en'))} / {pct(d.get('test-zh'))} |")
+    scores = ["", "How often each score picks the right teacher, on the pool (gold read only to measure) / on the "
+              "generated rows balanced over teachers, %:", "",
+              "| teacher seed | " + " | ".join(SCORES) + " |", "|" + "---|" * (len(SCORES) + 1)]
+    for b in builds:
+        scores.append(f"| {b['teacher_seed']} | " + " | ".join(
+            f"{pct(b['pool'].get(s))} / {pct(b['generated_balanced'].get(s))}" for s in SCORES) + " |")
+    return "\n".join(rows + scores)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--teacher-seeds", default="0,2,3", help="comma-separated teachers' training seeds")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child process: one build, its figures' file
+    args = parser.parse_args()
+    if args.one is not None:
+        figures = one_build(args.one)
+        folder = Path(os.environ["KAMAL_BENCH_WORK"])
+        (folder / "build.json.tmp").write_text(json.dumps(figures, indent=2) + "\n")
+        (folder / "build.json.tmp").replace(folder / "build.json")
+        return
+    work = Path(os.environ.get("KAMAL_BENCH_WORK", HERE / "work")) / "cross-lingual-builds"
+    stored = json.loads((RESULTS / f"{STEM}.json").read_text()) if (RESULTS / f"{STEM}.json").exists() else {}
+    builds = {b["teacher_seed"]: b for b in stored.get("builds", [])}
+    for seed in [int(s) for s in args.teacher_seeds.split(",")]:
+        folder = work / f"teacher-seed-{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"build with teacher seed {seed} in {folder}", flush=True)
+        env = {**os.environ, "KAMAL_BENCH_WORK": str(folder)}
+        code = subprocess.run([sys.executable, __file__, "--one", str(seed)], env=env).returncode
+        if code != 0:
+            sys.exit(f"the build with teacher seed {seed} failed (exit {code}); its folder is kept: {folder}")
+        builds[seed] = json.loads((folder / "build.json").read_text())
+    ordered = [builds[s] for s in sorted(builds)]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{STEM}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "builds": ordered},
+                                                     indent=2, sort_keys=True) + "\n")
+    table = render(ordered)
+    (RESULTS / f"{STEM}.md").write_text(f"<!-- {STEM}, {time.strftime('%Y-%m-%d')} -->\n{table}\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
