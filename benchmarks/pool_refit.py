@@ -12,13 +12,18 @@ teacher, and how often MUKI's hard target (the picked teacher's class) names the
 is read only to measure.
 
     python benchmarks/pool_refit.py WORKSPACE... [--data pool --gold pool-gold] [--rounds 3]
+    python benchmarks/pool_refit.py WORKSPACE --train-default  # a cross-lingual build's workspace
 
-Reads the workspaces' cached probes (their features at the RMD layer) and sentence vectors; trains nothing.
+Reads the workspaces' cached probes (their features at the RMD layer) and sentence vectors; trains nothing. With
+--train-default: in a copy of the workspace (WORKSPACE-refitN beside it), the transfer probes' RMD values are replaced
+by the refit's (every teacher, --rounds rounds), and kamal's default student is trained there as default-student
+trains the cross-lingual pair's (seed 1), its accuracy printed per test set: what the refit would give the student.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -92,15 +97,47 @@ def measure(root: Path, data: str, gold_name: str, rounds: int) -> None:
           "the fit on the generated text, as kamal selects today)\n")
 
 
+def train_default(root: Path, data: str, rounds: int) -> None:
+    """The default student on a copy of the workspace whose transfer probes carry the refitted RMD."""
+    copy = root.with_name(f"{root.name}-refit{rounds}")
+    if not copy.exists():
+        shutil.copytree(root, copy)
+        store = Store.open(find_workspace(str(copy)))
+        teachers, dataset = store.teachers(), store.dataset(data)
+        confidence = refit_rounds(teacher_views(store, teachers, dataset), list(range(len(teachers))), rounds)[-1]
+        for i, t in enumerate(teachers):
+            for probe in store.probes(teacher_id=t.id, dataset_id=dataset.id):
+                fit = store.rmd_fit_of(probe.id)
+                if fit is not None:
+                    store.set_probe_rmd(probe.id, fit.id, -confidence[:, i], probe.summary or {})
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import default_student as ds
+    from common import DEFAULT_DATA, PROFILES, Bench, Workspace
+
+    bench = Bench("default-student", PROFILES["quick"], DEFAULT_DATA, [1], settings=["cross-lingual"],
+                  protocols=["realistic"])
+    setting = next(s for title, s in ds.SETTINGS.items() if "cross-lingual" in title)
+    label, method, options, extra = ds.ROWS[3]
+    ws = Workspace(copy)
+    name = bench.train_student(ws, f"refit{rounds}-default", method, list(setting.teachers), 1, options,
+                               base=setting.base, data=data, extra=(*extra, *setting.student), default_budget=True)
+    for test in setting.tests(bench):
+        print(f"{copy.name}: the default on {test}: {100 * ws.json('eval', name, '--data', test)['accuracy']:.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workspaces", nargs="+", type=Path)
     parser.add_argument("--data", default="pool", help="the transfer set (default pool)")
     parser.add_argument("--gold", default="pool-gold", help="the same rows with labels (default pool-gold)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--train-default", action="store_true", help="train the default on a refitted copy")
     args = parser.parse_args()
     for root in args.workspaces:
-        measure(root, args.data, args.gold, args.rounds)
+        if args.train_default:
+            train_default(root.resolve(), args.data, args.rounds)
+        else:
+            measure(root, args.data, args.gold, args.rounds)
 
 
 if __name__ == "__main__":
