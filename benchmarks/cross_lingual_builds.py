@@ -37,22 +37,14 @@ SCORES = ("mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rm
 def one_build(teacher_seed: int) -> dict:
     """In a process whose KAMAL_BENCH_WORK is this build's folder: the walk above, its figures."""
     sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(HERE.parent))
     import cross_lingual
     import default_student as ds
-    from common import DEFAULT_DATA, PROFILES, Bench
 
-    started = time.perf_counter()
     cross_lingual.TEACHER_SEED = teacher_seed
-    bench = Bench("default-student", PROFILES["quick"], DEFAULT_DATA, [1], settings=["cross-lingual"],
-                  protocols=["realistic"])
-    setting = next(s for title, s in ds.SETTINGS.items() if "cross-lingual" in title)
+    bench, setting = ds.realistic_setting("cross-lingual")
     ws = ds.student_workspace(bench, setting)
     ds.generated_and_probed(bench, setting, ws)
-    label, method, options, extra = ds.ROWS[3]
-    student = bench.train_student(ws, ds._name("realistic", label), method, list(setting.teachers), 1, options,
-                                  base=setting.base, data="pool", extra=(*extra, *setting.student),
-                                  default_budget=True)
+    student = ds.train_default(bench, setting, ws)
     ds.labelled_afterwards(bench, setting, ws)
     tests = list(setting.tests(bench))
     selection = {(s["data"], s["score"]): s for s in ws.json("report")["selection"]}
@@ -67,7 +59,6 @@ def one_build(teacher_seed: int) -> dict:
                  if ("pool-gold", score) in selection},
         "generated_balanced": {score: selection[(ds.GENERATED, score)].get("balanced") for score in SCORES
                                if (ds.GENERATED, score) in selection},
-        "minutes": (time.perf_counter() - started) / 60,
     }
 
 
@@ -91,24 +82,24 @@ def pct(x) -> str:
 
 
 def render(builds: list[dict]) -> str:
-    head = ("| teacher seed | ensemble % | score=auto | the pick on the pool % | on the generated rows, balanced % "
-            "| prior's check on the pool, kappa (en-topics / zh-sentiment) | commit, prior | "
-            "default % (all / English / Chinese) |")
-    rows = [head, "|" + "---|" * 8]
-    for b in builds:
-        kappas = " / ".join(f"{b['check'][t]['kappa']:.2f}" + ("" if b["check"][t]["clear"] else " (fails)")
-                            for t in ("en-topics", "zh-sentiment") if t in b["check"]) or "not made"
-        d = b["default"]
-        rows.append(f"| {b['teacher_seed']} | {pct(b['ensemble']['test'])} | {b['score']} | "
-                    f"{pct(b['pool'].get(b['score']))} | {pct(b['generated_balanced'].get(b['score']))} | {kappas} | "
-                    f"{b['commit']}, {b['prior']} | {pct(d['test'])} / {pct(d.get('test-en'))} / {pct(d.get('test-zh'))} |")
-    scores = ["", "How often each score picks the right teacher, on the pool (gold read only to measure) / on the "
-              "generated rows balanced over teachers, %:", "",
-              "| teacher seed | " + " | ".join(SCORES) + " |", "|" + "---|" * (len(SCORES) + 1)]
-    for b in builds:
-        scores.append(f"| {b['teacher_seed']} | " + " | ".join(
-            f"{pct(b['pool'].get(s))} / {pct(b['generated_balanced'].get(s))}" for s in SCORES) + " |")
-    return "\n".join(rows + scores)
+    from common import markdown
+
+    def check(b: dict) -> str:
+        return " / ".join(f"{b['check'][t]['kappa']:.2f}" + ("" if b["check"][t]["clear"] else " (fails)")
+                          for t in ("en-topics", "zh-sentiment") if t in b["check"]) or "not made"
+
+    decisions = markdown(
+        ["teacher seed", "ensemble %", "score=auto", "the pick on the pool %", "on the generated rows, balanced %",
+         "prior's check on the pool, kappa (en-topics / zh-sentiment)", "commit, prior",
+         "default % (all / English / Chinese)"],
+        [[b["teacher_seed"], pct(b["ensemble"]["test"]), b["score"], pct(b["pool"].get(b["score"])),
+          pct(b["generated_balanced"].get(b["score"])), check(b), f"{b['commit']}, {b['prior']}",
+          " / ".join(pct(b["default"].get(t)) for t in ("test", "test-en", "test-zh"))] for b in builds])
+    scores = markdown(["teacher seed", *SCORES],
+                      [[b["teacher_seed"], *(f"{pct(b['pool'].get(s))} / {pct(b['generated_balanced'].get(s))}"
+                                             for s in SCORES)] for b in builds])
+    return (f"{decisions}\n\nHow often each score picks the right teacher, on the pool (gold read only to measure) / "
+            f"on the generated rows balanced over teachers, %:\n\n{scores}")
 
 
 def main() -> None:
@@ -134,6 +125,7 @@ def main() -> None:
         if code != 0:
             sys.exit(f"the build with teacher seed {seed} failed (exit {code}); its folder is kept: {folder}")
         builds[seed] = json.loads((folder / "build.json").read_text())
+    sys.path.insert(0, str(HERE))
     ordered = [builds[s] for s in sorted(builds)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{STEM}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "builds": ordered},

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Callable
 
 import cross_lingual
-from common import AT_DEFAULTS, DOMAIN_PROMPT, HALF_A, HALF_B, RESULTS, WORK, Bench, Workspace, load_split, markdown, pct, \
-    sample, summarize, write_results, write_rows
+from common import AT_DEFAULTS, DEFAULT_DATA, DOMAIN_PROMPT, HALF_A, HALF_B, PROFILES, RESULTS, WORK, Bench, Workspace, \
+    load_split, markdown, pct, sample, summarize, write_results, write_rows
 
 # (label, method, options, other amalgamate arguments)
 ROWS = [
@@ -207,6 +207,23 @@ def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = Tr
         ws("train-teacher", "pool-gold", "--labels", ",".join(labels), "--name", name, "--base", bench.profile.base,
            *bench.profile.train_args(epochs, seed), quiet=True)
     return ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
+
+
+def realistic_setting(words: str, seed: int = 1) -> tuple[Bench, Setting]:
+    """The quick profile's bench for the one setting whose title holds `words`, realistic protocol, one seed: for
+    benchmarks that vary what the default learns from (cross_lingual_builds.py, pool_refit.py)."""
+    bench = Bench("default-student", PROFILES["quick"], DEFAULT_DATA, [seed], settings=[words], protocols=["realistic"])
+    return bench, next(s for title, s in SETTINGS.items() if bench.runs(title))
+
+
+def train_default(bench: Bench, setting: Setting, ws: Workspace, data: str = PROTOCOLS["realistic"][0],
+                  name: str | None = None) -> str:
+    """kamal's default student (the DEFAULT row) as run_setting trains it, on `data`, under `name` (the scenario's
+    own name for it by default), seed the bench's first; returns its full name."""
+    _, method, options, extra = next(row for row in ROWS if row[0] == DEFAULT)
+    return bench.train_student(ws, name or _name("realistic", DEFAULT), method, list(setting.teachers), bench.seeds[0],
+                               options, base=setting.base, data=data, extra=(*extra, *setting.student),
+                               default_budget=True)
 
 
 def _name(protocol: str, label: str) -> str:

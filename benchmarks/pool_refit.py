@@ -112,15 +112,11 @@ def train_default(root: Path, data: str, rounds: int) -> None:
                     store.set_probe_rmd(probe.id, fit.id, -confidence[:, i], probe.summary or {})
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import default_student as ds
-    from common import DEFAULT_DATA, PROFILES, Bench, Workspace
+    from common import Workspace
 
-    bench = Bench("default-student", PROFILES["quick"], DEFAULT_DATA, [1], settings=["cross-lingual"],
-                  protocols=["realistic"])
-    setting = next(s for title, s in ds.SETTINGS.items() if "cross-lingual" in title)
-    label, method, options, extra = ds.ROWS[3]
+    bench, setting = ds.realistic_setting("cross-lingual")
     ws = Workspace(copy)
-    name = bench.train_student(ws, f"refit{rounds}-default", method, list(setting.teachers), 1, options,
-                               base=setting.base, data=data, extra=(*extra, *setting.student), default_budget=True)
+    name = ds.train_default(bench, setting, ws, data, name=f"refit{rounds}-default")
     for test in setting.tests(bench):
         print(f"{copy.name}: the default on {test}: {100 * ws.json('eval', name, '--data', test)['accuracy']:.1f}%")
 
