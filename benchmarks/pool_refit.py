@@ -1,29 +1,23 @@
-"""RMD refitted on the transfer rows themselves: a measurement, not (yet) part of kamal (issue 31).
+"""RMD refitted on the transfer rows themselves, round by round: what kamal's refit=auto does, measured (issue 31).
 
 kamal fits each teacher's RMD on the text `kamal synthesize` wrote for it. Where that text does not look like the
 teacher's rows of the pool (the cross-lingual pair: English text written for a Chinese sentiment teacher), RMD may
-pick the right teacher on the generated rows and not on the pool. This measures a label-free remedy: from the
-current selection, each teacher's Gaussians are fitted again on the surer half of the pool rows it is given (the
-rows whose margin over the next teacher is larger, kamalcli/probe/prior_check.py `surer_half`; classes: the
-teacher's own predictions; background: every pool row), the rows are selected again, and so on for a few rounds.
-Two variants: every teacher refitted, or only the teachers for which the prior's check fails (the check's failure
-says the generated text does not read that teacher's rows). Per round: how often the selection picks the right
-teacher, and how often MUKI's hard target (the picked teacher's class) names the gold label; the pool's gold copy
-is read only to measure.
+pick the right teacher on the generated rows and not on the pool. muki's refit=auto (kamalcli/probe/
+transfer_refit.py) fits such a teacher's Gaussians again on the surer half of the pool rows the selection gives it
+(its own predictions as the classes, every pool row as the background), selects again, and so on for up to three
+rounds, stopping once no row changes teacher. It refits only the teachers the prior's check fails for; this
+script also measures refitting every teacher, the variant kamal does not take. Per round: how often the selection
+picks the right teacher, and how often MUKI's hard target (the picked teacher's class) names the gold label; the
+pool's gold copy is read only to measure. A round that moves no row ends the refit; later cells repeat it.
 
     python benchmarks/pool_refit.py WORKSPACE... [--data pool --gold pool-gold] [--rounds 3]
-    python benchmarks/pool_refit.py WORKSPACE --train-default  # a cross-lingual build's workspace
 
-Reads the workspaces' cached probes (their features at the RMD layer) and sentence vectors; trains nothing. With
---train-default: in a copy of the workspace (WORKSPACE-refitN beside it), the transfer probes' RMD values are replaced
-by the refit's (every teacher, --rounds rounds), and kamal's default student is trained there as default-student
-trains the cross-lingual pair's (seed 1), its accuracy printed per test set: what the refit would give the student.
+Reads the workspaces' cached probes (their features at the RMD layer) and sentence vectors; trains nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -33,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kamalcli.data.text import load_dataset_rows  # noqa: E402
 from kamalcli.probe.arrays import ProbeArrays  # noqa: E402
-from kamalcli.probe.prior_check import surer_half, transfer_check  # noqa: E402
+from kamalcli.probe.prior_check import transfer_check  # noqa: E402
 from kamalcli.probe.prototypes import DEFAULT_ENCODER  # noqa: E402
-from kamalcli.trust.mahalanobis import RMDModel, fit_rmd  # noqa: E402
+from kamalcli.probe.transfer_refit import refit_rounds  # noqa: E402
+from kamalcli.trust.mahalanobis import RMDModel  # noqa: E402
 from kamalcli.workspace.folder import find_workspace  # noqa: E402
 from kamalcli.workspace.store import Store  # noqa: E402
 
@@ -52,20 +47,6 @@ def teacher_views(store, teachers, dataset) -> list[dict]:
         views.append({"features": features, "pred": arrays.logits.argmax(axis=1),
                       "confidence": -RMDModel.load(fit_files[-1]).score(features)})
     return views
-
-
-def refit_rounds(views: list[dict], refit: list[int], rounds: int) -> list[np.ndarray]:
-    """The selection confidence (rows, teachers) before and after each round; teachers not in `refit` keep theirs."""
-    confidence = np.stack([v["confidence"] for v in views], axis=1)
-    out = [confidence]
-    for _ in range(rounds):
-        confidence = confidence.copy()
-        for i in refit:
-            rows = surer_half(out[-1], i)
-            v = views[i]
-            confidence[:, i] = -fit_rmd(v["features"][rows], v["pred"][rows], v["features"]).score(v["features"])
-        out.append(confidence)
-    return out
 
 
 def measure(root: Path, data: str, gold_name: str, rounds: int) -> None:
@@ -88,7 +69,9 @@ def measure(root: Path, data: str, gold_name: str, rounds: int) -> None:
         variants.append(("teachers the check fails for", failed))
     for label, refit in variants:
         cells = []
-        for confidence in refit_rounds(views, refit, rounds):
+        steps = refit_rounds(np.stack([v["confidence"] for v in views], axis=1), [v["features"] for v in views],
+                             [v["pred"] for v in views], refit, rounds)
+        for confidence in steps + [steps[-1]] * (rounds + 1 - len(steps)):
             picked = confidence.argmax(axis=1)
             target = np.array([named[p][row] for row, p in enumerate(picked)])
             cells.append(f"{100 * (picked == owner).mean():.1f} / {100 * (target == np.asarray(gold)).mean():.1f}")
@@ -97,43 +80,15 @@ def measure(root: Path, data: str, gold_name: str, rounds: int) -> None:
           "the fit on the generated text, as kamal selects today)\n")
 
 
-def train_default(root: Path, data: str, rounds: int) -> None:
-    """The default student on a copy of the workspace whose transfer probes carry the refitted RMD."""
-    copy = root.with_name(f"{root.name}-refit{rounds}")
-    if not copy.exists():
-        shutil.copytree(root, copy)
-        store = Store.open(find_workspace(str(copy)))
-        teachers, dataset = store.teachers(), store.dataset(data)
-        confidence = refit_rounds(teacher_views(store, teachers, dataset), list(range(len(teachers))), rounds)[-1]
-        for i, t in enumerate(teachers):
-            for probe in store.probes(teacher_id=t.id, dataset_id=dataset.id):
-                fit = store.rmd_fit_of(probe.id)
-                if fit is not None:
-                    store.set_probe_rmd(probe.id, fit.id, -confidence[:, i], probe.summary or {})
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import default_student as ds
-    from common import Workspace
-
-    bench, setting = ds.realistic_setting("cross-lingual")
-    ws = Workspace(copy)
-    name = ds.train_default(bench, setting, ws, data, name=f"refit{rounds}-default")
-    for test in setting.tests(bench):
-        print(f"{copy.name}: the default on {test}: {100 * ws.json('eval', name, '--data', test)['accuracy']:.1f}%")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workspaces", nargs="+", type=Path)
     parser.add_argument("--data", default="pool", help="the transfer set (default pool)")
     parser.add_argument("--gold", default="pool-gold", help="the same rows with labels (default pool-gold)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--train-default", action="store_true", help="train the default on a refitted copy")
     args = parser.parse_args()
     for root in args.workspaces:
-        if args.train_default:
-            train_default(root.resolve(), args.data, args.rounds)
-        else:
-            measure(root, args.data, args.gold, args.rounds)
+        measure(root, args.data, args.gold, args.rounds)
 
 
 if __name__ == "__main__":

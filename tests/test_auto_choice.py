@@ -129,7 +129,7 @@ def test_report_and_amalgamate_name_the_same_score_for_the_same_reason(added, as
     assert student["options"]["score"] == "auto"  # what was asked stays recorded; what it became, beside it
     assert student["train"]["objective"]["score"] == decision["score"]
     assert student["train"]["objective"]["auto"] == {k: v for k, v in decision.items()
-                                                     if k not in ("teachers", "commit", "prior", "unread")}
+                                                     if k not in ("teachers", "commit", "prior", "refit", "unread")}
 
 
 def test_at_chance_nothing_is_recommended_and_each_figure_carries_its_rows(added, tmp_path):

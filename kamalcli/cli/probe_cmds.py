@@ -176,6 +176,8 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
             click.echo(f"  muki-hard, {decision['prior']['line']}")
         if decision.get("commit"):
             click.echo(f"  muki-hard, {decision['commit']['line']}")
+        if decision.get("refit") and decision["refit"]["line"]:
+            click.echo(f"  muki, {decision['refit']['line']}")
         if decision.get("unread"):
             click.echo(f"  {unread_sentence(decision['unread'])}")
 

@@ -56,6 +56,8 @@ class MukiOptions(Options):
     calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
     temperature: float = 1.0      # softens the teachers' distributions and the student's alike
     encoder: str = DEFAULT_ENCODER  # the prototype score's shared sentence encoder (all-MiniLM-L6-v2)
+    refit: Literal["auto", "none"] = "auto"  # auto: RMD fitted again on the transfer rows for the teachers whose
+    # rows the generated text does not read (kamalcli/probe/transfer_refit.py); none: the fits stay
 
     def check(self) -> None:
         require(self.temperature > 0, "temperature must be above 0")

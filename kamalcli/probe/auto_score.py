@@ -355,13 +355,15 @@ def _commitment_on(figures, score: str) -> Commitment:
 
 
 def workspace_decisions(store, workspace=None) -> list[dict]:
-    """score=auto for every set of two or more registered sentence teachers with stored selection figures, and
-    muki-hard's prior=auto and commit=auto, as kamal amalgamate decides them without --rmd-fit: what kamal report
-    names. With the workspace, the prototypes are checked on the transfer sets the teachers were probed on, from
-    cached sentence vectors (kamal probe computes them; kamalcli/probe/prior_check.py workspace_check)."""
+    """score=auto for every set of two or more registered sentence teachers with stored selection figures,
+    muki-hard's prior=auto and commit=auto, and muki's refit=auto, as kamal amalgamate decides them without
+    --rmd-fit: what kamal report names. With the workspace, the prototypes are checked on the transfer sets the
+    teachers were probed on, from cached sentence vectors (kamal probe computes them; kamalcli/probe/prior_check.py
+    workspace_check)."""
     from kamalcli.probe.fit_plan import rmd_fit_plan
     from kamalcli.probe.prior_check import workspace_check
     from kamalcli.probe.prototypes import DEFAULT_ENCODER
+    from kamalcli.probe.transfer_refit import decide_refit
 
     teachers = {t.name: t for t in store.teachers()}
     sets: list[tuple[str, ...]] = []
@@ -380,8 +382,10 @@ def workspace_decisions(store, workspace=None) -> list[dict]:
         prior = decide_prior(rmd_fit_plan(store, group, one_dataset=True), store.label_space(group).names,
                              store.label_aliases().canonical, check=check)
         commit = prior_commitment(prior.data) if prior.carries_selection else _commitment_on(figures, decision.score)
+        refit = decide_refit(check, decision.score, check.data).as_json() if check is not None else None
         out.append({"teachers": list(names), **decision.as_json(), "commit": commit.as_json(),
-                    "prior": prior.as_json(), "unread": None if check else _if_unread(figures, group, decision)})
+                    "prior": prior.as_json(), "refit": refit,
+                    "unread": None if check else _if_unread(figures, group, decision)})
     return out
 
 

@@ -111,8 +111,8 @@ def selection_section(report: Report) -> str:
     for decision in report.auto:  # the one recommendation: only from a figure clearly above chance
         hint = (f" MUKI methods select with it by default; <code>--option score={escape(decision['score'])}</code> "
                 "names it." if decision["figure"] else "")
-        commit = "".join(f" muki-hard, {escape(decision[key]['line'])}" for key in ("prior", "commit")
-                         if decision.get(key))
+        commit = "".join(f" {'muki' if key == 'refit' else 'muki-hard'}, {escape(decision[key]['line'])}"
+                         for key in ("prior", "commit", "refit") if decision.get(key) and decision[key]["line"])
         if decision.get("unread"):
             commit += f" {escape(unread_sentence(decision['unread']))}"
         out.append(f'<p class="note">{escape(", ".join(decision["teachers"]))}: {escape(decision["line"])}{hint}'

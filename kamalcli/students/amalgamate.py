@@ -64,17 +64,20 @@ def _score_and_fit(workspace, store, request, options, teachers, dataset, train_
     prototypes are fitted on (kamalcli/probe/fit_plan.py: the rule kamal probe follows), both recorded in the
     request, so every process and a resumed run train with the same. Before both, whether the prototypes read the
     transfer rows (kamalcli/probe/prior_check.py): where they do not read some teacher's, no prototype score, and
-    the prior only within the teachers they read. Returns the request and the lines that say so."""
+    the prior only within the teachers they read, and RMD fitted again on the transfer rows for the teachers they
+    do not read (kamalcli/probe/transfer_refit.py). Returns the request and the lines that say so."""
     from kamalcli.probe.auto_score import FITTED
     from kamalcli.probe.fit_plan import rmd_fit_plan
     from kamalcli.probe.prior_check import transfer_check
     from kamalcli.probe.scores import PROTOTYPE_SCORES
+    from kamalcli.probe.transfer_refit import decide_refit
 
     notes = []
     check = None
     decides_prior = _wants_prior(options, teachers) and request.prior is None
     decides_auto = getattr(options, "confidence_score", None) == "auto" and request.auto is None
-    if decides_prior or decides_auto:
+    decides_refit = getattr(options, "refit", "none") == "auto" and not options.paper and request.refit is None
+    if decides_prior or decides_auto or decides_refit:
         check = transfer_check(workspace, store, teachers, dataset, request.rmd_fit, encoder=options.encoder,
                                device=train_config.device)
     if decides_prior:
@@ -85,6 +88,10 @@ def _score_and_fit(workspace, store, request, options, teachers, dataset, train_
         request = replace(request, auto=decision.as_json())
         notes.append(decision.line)
     score = training_options(options, request).confidence_score
+    if decides_refit:
+        refit = decide_refit(check, score, dataset.name)
+        request = replace(request, refit=refit.as_json())
+        notes += [refit.line] if refit.line else []
     plan = rmd_fit_plan(store, teachers, request.rmd_fit, one_dataset=score in PROTOTYPE_SCORES)
     if _commits_by_skill(options) and request.gate is None:
         request = replace(request, gate=_gate(store, teachers, plan, score, notes, request.prior))
@@ -191,6 +198,8 @@ def _train_student(workspace, store, request, method, options, teachers, dataset
                             dataset, probe_request, train_config, workdir, run.id, say)
     if request.auto:
         problem.objective.info["auto"] = request.auto
+    if request.refit and request.refit["teachers"] and "rmd" in problem.outputs.confidence:
+        problem.objective.info["refit"] = request.refit["teachers"]
     resume = resume and checkpoint.exists(workdir)
     world = distributed.current()
     if world.distributed:

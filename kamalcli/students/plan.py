@@ -31,6 +31,7 @@ class AmalgamateRequest:
     auto: dict | None = None           # score=auto as decided before any work (kamalcli/probe/auto_score.py)
     gate: dict | None = None           # muki-hard commit=auto: the measured selection it commits by
     prior: dict | None = None          # muki-hard prior=auto: the labelled text its prototype prior comes from
+    refit: dict | None = None          # muki refit=auto: the teachers whose RMD is fitted again on the transfer rows
     init: str | None = None            # merge[:METHOD]: the student's encoder starts as the teachers' merged ones
     label_aliases: dict | None = None  # kamal labels merge: the merges the run started with (a resume needs the same)
     gold: str | None = None            # a labelled dataset of transfer rows: a gold-label loss beside the method's

@@ -199,6 +199,10 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
                 elif note and note["generated"]:
                     say(generated_fit_line(note))
     outputs = teacher_outputs(store, teachers, probes)
+    if request.refit and request.refit["teachers"] and "rmd" in outputs.confidence:
+        from kamalcli.probe.transfer_refit import refitted_outputs
+
+        outputs = refitted_outputs(store, probes, outputs, request.refit, say)
     fits = {}  # fit dataset name -> PrototypeFit: the score and the prior read the sentence vectors once
 
     def prototypes(fit_name: str, say):
