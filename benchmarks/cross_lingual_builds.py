@@ -7,7 +7,8 @@ here trains both teachers with another seed (`cross_lingual.TEACHER_SEED`), in a
 default-student walks on the realistic protocol: the teachers added to a fresh workspace as folders, `kamal
 synthesize` (kamal's prompt), a bare `kamal probe`, the default student (seed 1,
 on the 2,000 pool rows no teacher saw, kamal's defaults), and only then the labelled sets as test sets. Per build:
-the ensemble, `score=auto`'s pick and the prior's check, how often each score picks the right teacher on the pool
+the ensemble, `score=auto`'s pick, the prior's check and the teachers whose RMD refit=auto fitted again on the
+pool, how often each score picks the right teacher on the pool
 (its gold copy, read only to measure) and on the generated rows (balanced over teachers), and the default's
 accuracy overall and per language.
 
@@ -54,6 +55,7 @@ def one_build(teacher_seed: int) -> dict:
         "ensemble": {t: ws.json("eval", "--baseline", "ensemble", "--data", t)["accuracy"] for t in tests},
         "default": {t: ws.json("eval", student, "--data", t)["accuracy"] for t in tests},
         "score": trained["score"], "commit": trained["commit"], "prior": trained["prior"],
+        "refit": trained.get("refit", []),
         "check": pool_check(ws.root, list(setting.teachers)),
         "pool": {score: selection[("pool-gold", score)]["accuracy"] for score in SCORES
                  if ("pool-gold", score) in selection},
@@ -90,10 +92,11 @@ def render(builds: list[dict]) -> str:
 
     decisions = markdown(
         ["teacher seed", "ensemble %", "score=auto", "the pick on the pool %", "on the generated rows, balanced %",
-         "prior's check on the pool, kappa (en-topics / zh-sentiment)", "commit, prior",
+         "prior's check on the pool, kappa (en-topics / zh-sentiment)", "commit, prior", "RMD refitted on the pool",
          "default % (all / English / Chinese)"],
         [[b["teacher_seed"], pct(b["ensemble"]["test"]), b["score"], pct(b["pool"].get(b["score"])),
           pct(b["generated_balanced"].get(b["score"])), check(b), f"{b['commit']}, {b['prior']}",
+          ", ".join(b.get("refit", [])) or "none",
           " / ".join(pct(b["default"].get(t)) for t in ("test", "test-en", "test-zh"))] for b in builds])
     scores = markdown(["teacher seed", *SCORES],
                       [[b["teacher_seed"], *(f"{pct(b['pool'].get(s))} / {pct(b['generated_balanced'].get(s))}"
