@@ -87,12 +87,17 @@ def render(builds: list[dict]) -> str:
     from common import markdown
 
     def check(b: dict) -> str:
-        return " / ".join(f"{b['check'][t]['kappa']:.2f}" + ("" if b["check"][t]["clear"] else " (fails)")
+        def placed(t: str) -> str:
+            share = b["check"][t].get("placed")
+            return "" if share is None else f", {pct(share)}% placed"
+
+        return " / ".join(f"{b['check'][t]['kappa']:.2f}{placed(t)}" + ("" if b["check"][t]["clear"] else " (fails)")
                           for t in ("en-topics", "zh-sentiment") if t in b["check"]) or "not made"
 
     decisions = markdown(
         ["teacher seed", "ensemble %", "score=auto", "the pick on the pool %", "on the generated rows, balanced %",
-         "prior's check on the pool, kappa (en-topics / zh-sentiment)", "commit, prior", "RMD refitted on the pool",
+         "prior's check on the pool: kappa, rows placed among the teacher's labels (en-topics / zh-sentiment)",
+         "commit, prior", "RMD refitted on the pool",
          "default % (all / English / Chinese)"],
         [[b["teacher_seed"], pct(b["ensemble"]["test"]), b["score"], pct(b["pool"].get(b["score"])),
           pct(b["generated_balanced"].get(b["score"])), check(b), f"{b['commit']}, {b['prior']}",

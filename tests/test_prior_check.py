@@ -41,7 +41,9 @@ def test_a_teacher_the_prototypes_cannot_read_fails_the_check_and_one_given_no_r
     assert not check.passed
     assert check.line("synth", "minilm-l6").startswith(
         "the prototypes of synth in minilm-l6 do not read every teacher's rows of pool: on the surer half of the rows "
-        "rmd gives each teacher, they name the teacher's class no more often than chance for b: ")
+        "rmd gives each teacher, they name the teacher's class no more often than chance, or place fewer than "
+        "clearly half of its rows among its labels, for b: ")
+    assert check.line("synth", "minilm-l6").endswith("kappa -0.05; 0.0% of them placed among its labels)")
     only_a = check_prior(["a", "b"], probs, [[0, 1, 2], [3, 4]], [truth_a, truth_b], np.tile([1.0, 0.0], (n, 1)),
                          "pool", "rmd")
     assert only_a.passed and only_a.teachers[1].rows == 0  # b given no rows: nothing known against it
@@ -59,6 +61,26 @@ def test_the_surer_half_of_a_teacher_s_rows_by_its_margin_over_the_next_teacher(
     # five rows go to teacher 0; the surer half, rounded up, is three: margins 0.8, 0.5, 0.3
     assert surer_half(confidence, 0).tolist() == [0, 5, 3]
     assert surer_half(confidence, 1).tolist() == [2] and surer_half(confidence, 2).tolist() == []
+
+
+def test_a_teacher_whose_classes_the_prototypes_read_but_whose_rows_they_place_among_another_s_labels_fails():
+    """The Chinese teacher on a build where minilm-l6 guessed its classes a little better than chance (kappa 0.11)
+    while putting 98.6% of the pool's mass on the English teacher's labels: a prior over every label would move its
+    rows to English topics."""
+    from kamalcli.probe.prior_check import check_prior
+
+    # union columns: teacher a's labels 0-1, b's 2-3; rows 0-19 go to a, 20-39 to b; each predicts 0, 1, 0, 1, ...
+    predicted = np.tile([0, 1], 20)
+    on_a = np.where(predicted[:20, None] == 0, [0.6, 0.2, 0.1, 0.1], [0.2, 0.6, 0.1, 0.1])
+    on_b = np.where(predicted[20:, None] == 0, [0.5, 0.3, 0.15, 0.05], [0.5, 0.3, 0.05, 0.15])
+    check = check_prior(["a", "b"], np.concatenate([on_a, on_b]), [[0, 1], [2, 3]], [predicted, predicted],
+                        np.repeat(np.eye(2), 20, axis=0), "pool", "rmd")
+    a, b = check.teachers
+    assert (a.rows, a.agreed, a.placed) == (10, 10, 10) and a.clear  # the surer half of its 20 rows
+    # b's classes read right on all 10 (kappa 1), but the prototypes' mass is on a's labels (0.8 of it) every time
+    assert (b.rows, b.agreed, b.placed) == (10, 10, 0) and b.kappa == pytest.approx(1.0) and not b.clear
+    assert not check.passed and check.read == ["a"] and b.as_json()["placed"] == 0.0
+    assert b.words().endswith("kappa 1.00; 0.0% of them placed among its labels)")
 
 
 def test_rows_a_selector_gives_a_teacher_by_mistake_do_not_pass_the_check_for_it():

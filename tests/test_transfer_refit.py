@@ -62,7 +62,7 @@ def test_refit_only_for_an_rmd_selection_the_check_fails_for():
     passing = decide_refit(PriorCheck("pool", "rmd", [read, read]), "rmd", "pool")
     assert passing.teachers == [] and passing.line == ""  # the prior's line already says the check passes
     unmade = decide_refit(None, "rmd", "pool")
-    assert unmade.teachers == [] and unmade.line.startswith("refit=auto: none: the prior's check of pool could not")
+    assert unmade.teachers == [] and unmade.line.startswith("refit=auto: none: the prior's check of pool was not made")
 
 
 def test_amalgamate_refits_the_teachers_the_check_fails_for_and_records_it(two_teachers, assets, monkeypatch):

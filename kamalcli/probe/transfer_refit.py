@@ -4,10 +4,11 @@ kamal fits each teacher's RMD on the text `kamal synthesize` wrote for it. Where
 teacher's rows of the transfer set (measured: English text written for a Chinese sentiment teacher, whose rows
 of the pool are Chinese), the fit may give it the wrong rows. The prior's check (prior_check.py) detects
 exactly that teacher without labels: the prototypes of the generated text name its classes on its rows no more
-often than chance. refit=auto then fits that teacher's Gaussians again on the transfer rows themselves: from
-the current selection, on the surer half of the rows it is given (prior_check.surer_half), its own predicted
-classes as the classes, every transfer row as the background; the rows are selected again with the new fit, for
-up to ROUNDS rounds, stopping once no row changes teacher. No labels are read; the other teachers keep their fit.
+often than chance, or place most of its rows among other teachers' labels. refit=auto then fits that teacher's
+Gaussians again on the transfer rows themselves: from the current selection, on the surer half of the rows it is
+given (prior_check.surer_half), its own predicted classes as the classes, every transfer row as the background;
+the rows are selected again with the new fit, for up to ROUNDS rounds, stopping once no row changes teacher. No
+labels are read; the other teachers keep their fit.
 
 Measured on three builds of the cross-lingual pair's teachers (docs/benchmarks.md, benchmarks/pool_refit.py):
 RMD picked the right teacher on 90.1, 72.5 and 77.3% of the pool; refitting the failing teacher, after three
@@ -47,8 +48,9 @@ def decide_refit(check, score: str, data: str) -> Refit:
     if score not in ("rmd", "rmd+prototype"):
         return Refit([], "")
     if check is None:
-        return Refit([], f"refit=auto: none: the prior's check of {data} could not be made (it needs labelled text "
-                         "for every label and the prototype encoder), so every teacher keeps its RMD fit.")
+        return Refit([], f"refit=auto: none: the prior's check of {data} was not made (it needs the teachers' "
+                         "cached probes there, which `kamal probe` makes, labelled text for every label and the "
+                         "prototype encoder), so every teacher keeps its RMD fit.")
     failed = [t.teacher for t in check.failed]
     if not failed:
         return Refit([], "")

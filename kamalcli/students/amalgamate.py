@@ -76,7 +76,8 @@ def _score_and_fit(workspace, store, request, options, teachers, dataset, train_
     check = None
     decides_prior = _wants_prior(options, teachers) and request.prior is None
     decides_auto = getattr(options, "confidence_score", None) == "auto" and request.auto is None
-    decides_refit = getattr(options, "refit", "none") == "auto" and not options.paper and request.refit is None
+    decides_refit = (getattr(options, "refit", "none") == "auto" and not options.paper and request.refit is None
+                     and options.confidence_score in ("auto", "rmd", "rmd+prototype"))
     if decides_prior or decides_auto or decides_refit:
         check = transfer_check(workspace, store, teachers, dataset, request.rmd_fit, encoder=options.encoder,
                                device=train_config.device)
