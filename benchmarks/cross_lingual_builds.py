@@ -13,6 +13,7 @@ pool, how often each score picks the right teacher on the pool
 accuracy overall and per language.
 
     python benchmarks/cross_lingual_builds.py --teacher-seeds 0,2,3
+    python benchmarks/cross_lingual_builds.py --teacher-seeds 2 --student-tag TAG  # the default again, at this code
 
 Each build lives in KAMAL_BENCH_WORK (default benchmarks/work)/cross-lingual-builds/teacher-seed-N and is reused when
 run again. Results merge by teacher seed into benchmarks/results/cross-lingual-builds-quick.{json,md}. About 35 minutes a
@@ -35,7 +36,7 @@ STEM = "cross-lingual-builds-quick"  # a docs/benchmarks.md block: <!-- bench:cr
 SCORES = ("mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rmd+prototype")
 
 
-def one_build(teacher_seed: int) -> dict:
+def one_build(teacher_seed: int, tag: str = "") -> dict:
     """In a process whose KAMAL_BENCH_WORK is this build's folder: the walk above, its figures."""
     sys.path.insert(0, str(HERE))
     import cross_lingual
@@ -45,13 +46,13 @@ def one_build(teacher_seed: int) -> dict:
     bench, setting = ds.realistic_setting("cross-lingual")
     ws = ds.student_workspace(bench, setting)
     ds.generated_and_probed(bench, setting, ws)
-    student = ds.train_default(bench, setting, ws)
+    student = ds.train_default(bench, setting, ws, tag=tag)
     ds.labelled_afterwards(bench, setting, ws)
     tests = list(setting.tests(bench))
     selection = {(s["data"], s["score"]): s for s in ws.json("report")["selection"]}
     trained = next(s for s in ws.json("students") if s["name"] == student)["train"]["objective"]
     return {
-        "teacher_seed": teacher_seed,
+        "teacher_seed": teacher_seed, "student": student,
         "ensemble": {t: ws.json("eval", "--baseline", "ensemble", "--data", t)["accuracy"] for t in tests},
         "default": {t: ws.json("eval", student, "--data", t)["accuracy"] for t in tests},
         "score": trained["score"], "commit": trained["commit"], "prior": trained["prior"],
@@ -113,10 +114,12 @@ def render(builds: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--teacher-seeds", default="0,2,3", help="comma-separated teachers' training seeds")
+    parser.add_argument("--student-tag", default="", help="train the default again under its name plus -TAG (a "
+                        "build's default at other code); the build's figures are the tagged student's")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child process: one build, its figures' file
     args = parser.parse_args()
     if args.one is not None:
-        figures = one_build(args.one)
+        figures = one_build(args.one, args.student_tag)
         folder = Path(os.environ["KAMAL_BENCH_WORK"])
         (folder / "build.json.tmp").write_text(json.dumps(figures, indent=2) + "\n")
         (folder / "build.json.tmp").replace(folder / "build.json")
@@ -129,7 +132,8 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         print(f"build with teacher seed {seed} in {folder}", flush=True)
         env = {**os.environ, "KAMAL_BENCH_WORK": str(folder)}
-        code = subprocess.run([sys.executable, __file__, "--one", str(seed)], env=env).returncode
+        code = subprocess.run([sys.executable, __file__, "--one", str(seed), "--student-tag", args.student_tag],
+                              env=env).returncode
         if code != 0:
             sys.exit(f"the build with teacher seed {seed} failed (exit {code}); its folder is kept: {folder}")
         builds[seed] = json.loads((folder / "build.json").read_text())
