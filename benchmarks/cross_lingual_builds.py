@@ -114,7 +114,7 @@ def render(builds: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--teacher-seeds", default="0,2,3", help="comma-separated teachers' training seeds")
-    parser.add_argument("--student-tag", default="", help="train the default again under its name plus -TAG (a "
+    parser.add_argument("--student-tag", default="", help="train the default again as realistic-default-TAG (a "
                         "build's default at other code); the build's figures are the tagged student's")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child process: one build, its figures' file
     args = parser.parse_args()
