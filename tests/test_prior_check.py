@@ -65,8 +65,8 @@ def test_the_surer_half_of_a_teacher_s_rows_by_its_margin_over_the_next_teacher(
 
 def test_a_teacher_whose_classes_the_prototypes_read_but_whose_rows_they_place_among_another_s_labels_fails():
     """The Chinese teacher on a build where minilm-l6 guessed its classes a little better than chance (kappa 0.11)
-    while putting 98.6% of the pool's mass on the English teacher's labels: a prior over every label would move its
-    rows to English topics."""
+    while its mass lay on the English teacher's labels on every one of those rows: a prior over every label would
+    move them to English topics."""
     from kamalcli.probe.prior_check import check_prior
 
     # union columns: teacher a's labels 0-1, b's 2-3; rows 0-19 go to a, 20-39 to b; each predicts 0, 1, 0, 1, ...
