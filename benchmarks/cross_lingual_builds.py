@@ -102,7 +102,7 @@ def render(builds: list[dict]) -> str:
          "default % (all / English / Chinese)"],
         [[b["teacher_seed"], pct(b["ensemble"]["test"]), b["score"], pct(b["pool"].get(b["score"])),
           pct(b["generated_balanced"].get(b["score"])), check(b), f"{b['commit']}, {b['prior']}",
-          ", ".join(b.get("refit", [])) or "none",
+          (", ".join(b["refit"]) or "none") if "refit" in b else "- (before refit=auto)",
           " / ".join(pct(b["default"].get(t)) for t in ("test", "test-en", "test-zh"))] for b in builds])
     scores = markdown(["teacher seed", *SCORES],
                       [[b["teacher_seed"], *(f"{pct(b['pool'].get(s))} / {pct(b['generated_balanced'].get(s))}"
