@@ -219,9 +219,8 @@ def realistic_setting(words: str, seed: int = 1) -> tuple[Bench, Setting]:
 def train_default(bench: Bench, setting: Setting, ws: Workspace, data: str = PROTOCOLS["realistic"][0],
                   name: str | None = None, tag: str = "") -> str:
     """kamal's default student (the DEFAULT row) as run_setting trains it, on `data`, under `name` (the scenario's
-    own name for it by default; tag: realistic-default-TAG, so one workspace can hold the default of two versions of
-    kamal),
-    seed the bench's first; returns its full name."""
+    own name for it by default; with a tag, realistic-default-TAG, so one workspace can hold the default of two
+    versions of kamal), seed the bench's first; returns its full name."""
     _, method, options, extra = next(row for row in ROWS if row[0] == DEFAULT)
     name = f"realistic-default-{tag}" if tag else (name or _name("realistic", DEFAULT))  # names: 64 characters
     return bench.train_student(ws, name, method, list(setting.teachers), bench.seeds[0],

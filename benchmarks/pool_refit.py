@@ -77,7 +77,7 @@ def measure(root: Path, data: str, gold_name: str, rounds: int) -> None:
             cells.append(f"{100 * (picked == owner).mean():.1f} / {100 * (target == np.asarray(gold)).mean():.1f}")
         print(f"| {label} | " + " | ".join(cells) + " |")
     print("\n(each cell: selection picks the right teacher % / MUKI's hard target names the gold label %; round 0: "
-          "the fit on the generated text, as kamal selects today)\n")
+          "the fit on the generated text, as kamal selects without refit)\n")
 
 
 def main() -> None:
