@@ -8,3 +8,4 @@ from typing import Literal
 Score = Literal["auto", "mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rmd+prototype"]
 SCORES: tuple[str, ...] = typing.get_args(Score)
 PROTOTYPE_SCORES = ("prototype", "rmd+prototype")  # need labelled text for every label (kamalcli/probe/prototypes.py)
+RMD_SCORES = ("rmd", "rmd+prototype")  # read the teachers' RMD fits

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from kamalcli.probe.prior_check import surer_half
+from kamalcli.probe.scores import RMD_SCORES
 from kamalcli.probs import percentile
 from kamalcli.trust.mahalanobis import fit_rmd
 
@@ -45,7 +46,7 @@ class Refit:
 
 def decide_refit(check, score: str, data: str) -> Refit:
     """check: the PriorCheck of the transfer rows (None: not made); score: the selection score trained with."""
-    if score not in ("rmd", "rmd+prototype"):
+    if score not in RMD_SCORES:
         return Refit([], "")
     if check is None:
         return Refit([], f"refit=auto: none: the prior's check of {data} was not made (it needs the teachers' "

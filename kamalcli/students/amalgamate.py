@@ -69,7 +69,7 @@ def _score_and_fit(workspace, store, request, options, teachers, dataset, train_
     from kamalcli.probe.auto_score import FITTED
     from kamalcli.probe.fit_plan import rmd_fit_plan
     from kamalcli.probe.prior_check import transfer_check
-    from kamalcli.probe.scores import PROTOTYPE_SCORES
+    from kamalcli.probe.scores import PROTOTYPE_SCORES, RMD_SCORES
     from kamalcli.probe.transfer_refit import decide_refit
 
     notes = []
@@ -77,7 +77,7 @@ def _score_and_fit(workspace, store, request, options, teachers, dataset, train_
     decides_prior = _wants_prior(options, teachers) and request.prior is None
     decides_auto = getattr(options, "confidence_score", None) == "auto" and request.auto is None
     decides_refit = (getattr(options, "refit", "none") == "auto" and not options.paper and request.refit is None
-                     and options.confidence_score in ("auto", "rmd", "rmd+prototype"))
+                     and options.confidence_score in ("auto", *RMD_SCORES))
     if decides_prior or decides_auto or decides_refit:
         check = transfer_check(workspace, store, teachers, dataset, request.rmd_fit, encoder=options.encoder,
                                device=train_config.device)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kamalcli.errors import KamalError
 from kamalcli.data.text import is_generated
+from kamalcli.probe.scores import RMD_SCORES
 from kamalcli.settings import TRAIN, WORKSPACE
 
 
@@ -248,4 +249,4 @@ def training_options(options, request: AmalgamateRequest):
 
 def options_need_rmd(options, teachers=(), rmd_fit: str | None = None) -> bool:
     """score=rmd and rmd+prototype read RMD (score=auto is decided first: training_options)."""
-    return getattr(options, "confidence_score", None) in ("rmd", "rmd+prototype")
+    return getattr(options, "confidence_score", None) in RMD_SCORES
