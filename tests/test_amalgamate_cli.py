@@ -28,7 +28,7 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     assert [t["name"] for t in hard["teachers"]] == ["news", "money"]
     assert all(len(t["fingerprint"]) == 64 and t["probe_id"] for t in hard["teachers"])
     assert hard["options"] == {"paper": False, "mc": True, "reweight": True, "score": "auto", "calibrate": "none",
-                               "temperature": 1.0, "encoder": "minilm-l6", "refit": "auto", "commit": "auto", "prior": "auto",
+                               "temperature": 1.0, "encoder": "minilm-l6", "refit": "auto", "pick_smooth": "auto", "commit": "auto", "prior": "auto",
                                "smooth": "auto"}
     assert hard["train"]["objective"]["auto"]["score"] in ("mc-dropout", "entropy", "max-prob", "energy")
     assert hard["select_by"] == "transfer-loss" and hard["train"]["selected_by"] == "transfer-loss"
@@ -249,6 +249,26 @@ def test_smooth_averages_each_target_with_its_nearest_rows_and_says_so(two_teach
     assert "smooth" not in students["auto"]["train"]["objective"] and "smooth" not in students["off"]["train"]["objective"]
     result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "gone", "--option", "smooth=3",
                           "--option", "encoder=/no/such/encoder", *train_args(assets), code=2)
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
+    assert "gone" not in {s["name"] for s in two_teachers.json("students")}
+
+
+def test_pick_smooth_averages_each_rows_confidence_with_its_nearest_rows_and_says_so(two_teachers, assets):
+    encoder = ["--option", f"encoder={assets['encoder']}", "--option", "score=entropy"]
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "three", "--option", "pick_smooth=3",
+                          "--option", "commit=1", *encoder, *train_args(assets))
+    assert ("pick_smooth=3: each row's teacher is picked by its confidence averaged with its 3 nearest rows' of pool "
+            f"in {assets['encoder']} (their picks agree with the row's on ") in result.output
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "off", "--option", "pick_smooth=0",
+                          "--option", "commit=1", *encoder, *train_args(assets))
+    assert "pick_smooth=" not in result.output
+    students = {s["name"]: s for s in two_teachers.json("students")}
+    recorded = students["three"]["train"]["objective"]["pick_smooth"]
+    assert recorded["neighbours"] == 3 and recorded["used"] and 0 <= recorded["agreement"] <= 1
+    assert "pick_smooth" not in students["off"]["train"]["objective"]
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "gone", "--option", "pick_smooth=3",
+                          "--option", "encoder=/no/such/encoder", "--option", "score=entropy", *train_args(assets),
+                          code=2)
     assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
     assert "gone" not in {s["name"] for s in two_teachers.json("students")}
 

@@ -169,6 +169,35 @@ def test_smooth_averages_the_finished_target_over_each_rows_neighbours(monkeypat
     assert m.parse(["smooth=0"]).neighbours == 0 and m.parse(["paper=true"]).neighbours == 0
 
 
+def test_pick_smooth_picks_by_the_confidence_averaged_over_each_rows_neighbours(monkeypatch):
+    from dataclasses import replace
+
+    from kamalcli.probe import neighbours as module
+
+    m = get_method("muki-hard")
+    near = replace(outputs(), pick_neighbours=np.array([[1], [0], [0]]))
+    # confidences [0.9, 0.2], [0.3, 0.7], [0.5, 0.5] averaged with row 1's, row 0's, row 0's:
+    # [0.6, 0.45], [0.6, 0.45], [0.7, 0.35]: teacher a for every row (row 1 was b's)
+    smooth = m.build(near, m.parse(["score=mc-dropout", "commit=1", "pick_smooth=1"]))
+    assert smooth.info["chosen_share"] == {"a": 1.0, "b": 0.0}
+    assert np.allclose(smooth.arrays["target"][1], [0.26894, 0.73106, 0, 0], atol=1e-5)  # a's softmax([0, 1])
+    assert np.allclose(smooth.weights, [0.15, 0.15, 0.35])  # the margins of the averaged confidences
+    assert smooth.info["pick_smooth"] == {"neighbours": 1, "used": True, "agreement": 0.3333, "chance": 0.5556,
+                                          "kappa": -0.5}
+    # auto: the neighbours' picks (b, a, a for rows a, b, a) agree 1 time in 3, below chance: the pick stays
+    monkeypatch.setattr(module, "PICK_NEIGHBOURS", 1)  # the tests' conftest turns auto off
+    auto = m.build(near, m.parse(["score=mc-dropout", "commit=1"]))
+    plain = m.build(outputs(), m.parse(["score=mc-dropout", "commit=1"]))
+    assert np.allclose(auto.arrays["target"], plain.arrays["target"]) and not auto.info["pick_smooth"]["used"]
+    assert "pick_smooth" not in plain.info
+    # vanilla-kd's target (commit=0) reads no pick: nothing to smooth
+    assert "pick_smooth" not in m.build(near, m.parse(["score=mc-dropout", "commit=0", "pick_smooth=1"])).info
+    soft = get_method("muki-soft")
+    assert soft.build(near, soft.parse(["score=mc-dropout", "pick_smooth=1"])).info["pick_smooth"]["used"]
+    assert m.parse([]).pick_neighbours == 1 and m.parse(["pick_smooth=4"]).pick_neighbours == 4
+    assert m.parse(["pick_smooth=0"]).pick_neighbours == 0 and m.parse(["paper=true"]).pick_neighbours == 0
+
+
 def test_margin():
     assert np.allclose(margin(np.array([[0.1, 0.9, 0.5], [0.4, 0.4, 0.0]])), [0.4, 0.0])
 
@@ -197,6 +226,8 @@ def test_option_errors(pairs, message):
     (["smooth=-1"], "smooth must be a number of rows, 0 or more"),
     (["smooth=some"], "smooth must be a number or auto"),
     (["paper=true", "smooth=5"], "paper=true is MUKI's hard target: drop smooth="),
+    (["pick_smooth=-1"], "pick_smooth must be a number of rows, 0 or more"),
+    (["paper=true", "pick_smooth=5"], "paper=true picks row by row: drop pick_smooth="),
 ])
 def test_commit_errors(pairs, message):
     with pytest.raises(KamalError, match=message):

@@ -58,11 +58,26 @@ class MukiOptions(Options):
     encoder: str = DEFAULT_ENCODER  # the prototype score's shared sentence encoder (all-MiniLM-L6-v2)
     refit: Literal["auto", "none"] = "auto"  # auto: RMD fitted again on the transfer rows for the teachers whose
     # rows the generated text does not read (kamalcli/probe/transfer_refit.py); none: the fits stay
+    pick_smooth: int | Literal["auto"] = "auto"  # the pick by each row's confidence averaged with this many nearest
+    # rows'; auto: 10 where their picks agree with the row's beyond chance (kamalcli/probe/neighbours.py); 0: none
 
     def check(self) -> None:
         require(self.temperature > 0, "temperature must be above 0")
         require(not self.paper or (self.score in ("auto", "mc-dropout") and self.calibrate == "none"),
                 "paper=true selects by MC dropout without calibration: drop score= and calibrate=")
+        require(self.pick_smooth == "auto" or self.pick_smooth >= 0,
+                "pick_smooth must be a number of rows, 0 or more (or auto)")
+        require(not self.paper or self.pick_smooth in ("auto", 0), "paper=true picks row by row: drop pick_smooth=")
+
+    @property
+    def pick_neighbours(self) -> int:
+        """How many nearest transfer rows each row's confidence is averaged with before the pick (auto: 10, where
+        the neighbours' picks agree with the row's; paper=true: none)."""
+        from kamalcli.probe.neighbours import PICK_NEIGHBOURS
+
+        if self.paper:
+            return 0
+        return PICK_NEIGHBOURS if self.pick_smooth == "auto" else int(self.pick_smooth)
 
     @property
     def confidence_score(self) -> str:
@@ -118,7 +133,8 @@ class MukiSoftOptions(MukiOptions):
 
 # -- sentence level ------------------------------------------------------------
 
-def _muki_common(outputs: TeacherOutputs, options: MukiOptions):
+def _muki_common(outputs: TeacherOutputs, options: MukiOptions, picks: bool = True):
+    """picks: the target reads the pick (muki-hard's commit=0 does not), so pick_smooth applies."""
     score, info = options.confidence_score, {}
     if score == "auto":  # kamal amalgamate decides it before training (kamalcli/probe/auto_score.py); else no figures
         from kamalcli.probe.auto_score import decide
@@ -129,10 +145,28 @@ def _muki_common(outputs: TeacherOutputs, options: MukiOptions):
     calibrate = options.calibrate
     if calibrate == "rank":
         confidence = per_teacher_rank(confidence)
+    if picks:
+        confidence = _smoothed_pick(confidence, outputs, options, info)
     padded = np.stack([outputs.padded(i, options.temperature) for i in range(len(outputs.teachers))])  # (N, n, |Y|)
     weights = margin(confidence) if options.reweighted else None
     info.update({"score": score, "calibrate": calibrate, "reweight": options.reweighted})
     return confidence, padded, weights, info
+
+
+def _smoothed_pick(confidence: np.ndarray, outputs: TeacherOutputs, options: MukiOptions, info: dict) -> np.ndarray:
+    """pick_smooth: each row's confidence averaged with its nearest rows' (outputs.pick_neighbours), for K asked
+    for, or for auto where the neighbours' picks agree with the row's beyond chance; info["pick_smooth"] says which."""
+    from kamalcli.probe.neighbours import neighbour_mean, pick_agreement
+
+    k = options.pick_neighbours
+    if outputs.pick_neighbours is None or not k:
+        return confidence
+    neighbours = outputs.pick_neighbours[:, :k]
+    agreement = pick_agreement(confidence, neighbours)
+    used = options.pick_smooth != "auto" or agreement.clear
+    info["pick_smooth"] = {"neighbours": int(neighbours.shape[1]), "used": used, "agreement": round(agreement.agreement, 4),
+                           "chance": round(agreement.chance, 4), "kappa": round(agreement.kappa, 4)}
+    return neighbour_mean(confidence, neighbours) if used else confidence
 
 
 def hard_target(padded: np.ndarray, confidence: np.ndarray) -> np.ndarray:
@@ -158,10 +192,10 @@ def with_prior(target: np.ndarray, prior: np.ndarray, blocks: list[np.ndarray] |
 def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
     from kamalcli.methods.losses import kl_loss
 
-    confidence, padded, weights, info = _muki_common(outputs, options)
+    commit = options.committed
+    confidence, padded, weights, info = _muki_common(outputs, options, picks=commit > 0)
     chosen = confidence.argmax(axis=1)
     target = hard_target(padded, confidence)
-    commit = options.committed
     if commit < 1:
         from kamalcli.methods.vanilla_kd import union_logits
 
@@ -209,6 +243,8 @@ def _selection_score(options) -> bool:
         raise KamalError("commit= is not supported at token level (drop it)")
     if getattr(options, "smooth", "auto") not in ("auto", 0):
         raise KamalError("smooth= is not supported at token level (drop it)")
+    if getattr(options, "pick_smooth", "auto") not in ("auto", 0):
+        raise KamalError("pick_smooth= is not supported at token level (drop it)")
     if score in ("auto", "mc-dropout"):
         return True
     if score == "entropy":

@@ -1,4 +1,4 @@
-"""Each transfer row's nearest rows in a sentence encoder's space, and a target averaged over them.
+"""Each transfer row's nearest rows in a sentence encoder's space, and a target (or a pick) averaged over them.
 
 muki-hard's `smooth` (docs/methods.md): a row's target is half its own and half
 the mean of its k nearest rows' targets. The teachers' pick errs row by row;
@@ -9,6 +9,8 @@ check (kamalcli/probe/prior_check.py) measures, so smooth=auto follows it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -64,3 +66,58 @@ def smoothed(target: np.ndarray, neighbours: np.ndarray, own_share: float = OWN_
     if neighbours.shape[1] == 0:
         return target
     return own_share * target + (1 - own_share) * target[neighbours].mean(axis=1)
+
+
+# muki's pick_smooth (docs/methods.md): the teacher is picked by each row's confidence averaged with its nearest
+# rows'. Rows that read alike mostly belong to the same teacher's domain, so a row's neighbours outvote its picking
+# errors; it reads no labels. auto takes it where the neighbours' own picks agree with the row's clearly more often
+# than chance (Cohen's kappa at least PICK_KAPPA, "fair" agreement), which is what the averaging relies on.
+PICK_NEIGHBOURS = 10  # pick_smooth=auto
+PICK_KAPPA = 0.2
+
+
+@dataclass(frozen=True)
+class PickAgreement:
+    """How often a row's nearest rows pick the same teacher as the row itself, against chance (the share of
+    rows each teacher is picked for, squared and summed)."""
+
+    agreement: float
+    chance: float
+
+    @property
+    def kappa(self) -> float:
+        return 0.0 if self.chance >= 1 else (self.agreement - self.chance) / (1 - self.chance)
+
+    @property
+    def clear(self) -> bool:
+        return self.kappa >= PICK_KAPPA
+
+    def words(self) -> str:
+        return (f"their picks agree with the row's on {self.agreement:.1%} against a chance of {self.chance:.1%}, "
+                f"kappa {self.kappa:.2f}")
+
+
+def pick_agreement(confidence: np.ndarray, neighbours: np.ndarray) -> PickAgreement:
+    """confidence (n, N teachers); neighbours (n, k): the agreement of the neighbours' picks with each row's."""
+    pick = confidence.argmax(axis=1)
+    share = np.bincount(pick, minlength=confidence.shape[1]) / len(pick)
+    return PickAgreement(float((pick[neighbours] == pick[:, None]).mean()), float((share ** 2).sum()))
+
+
+def neighbour_mean(confidence: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
+    """(n, N): each row's confidence averaged, with equal weights, over the row itself and its k nearest rows."""
+    if neighbours.shape[1] == 0:
+        return confidence
+    return (confidence + confidence[neighbours].sum(axis=1)) / (neighbours.shape[1] + 1)
+
+
+def pick_smooth_line(option: int | str, info: dict, data: str, encoder: str) -> str:
+    """What pick_smooth did, in one line (info: muki's objective.info["pick_smooth"])."""
+    k = info["neighbours"]
+    agreement = PickAgreement(info["agreement"], info["chance"])
+    if not info["used"]:
+        return (f"pick_smooth=auto: none: the {k} nearest rows of {data} in {encoder} do not share a row's pick "
+                f"clearly beyond chance ({agreement.words()}; at least {PICK_KAPPA} wanted); pick_smooth=K asks "
+                "for K anyway.")
+    return (f"pick_smooth={option}: each row's teacher is picked by its confidence averaged with its {k} nearest rows' "
+            f"of {data} in {encoder} ({agreement.words()}; no labels; pick_smooth=0 turns it off).")

@@ -24,6 +24,7 @@ class TeacherOutputs:
     prior: np.ndarray | None = None       # (n, |Y|): a class expert beside the teachers (muki-hard's prior), or none
     prior_teachers: tuple[str, ...] | None = None  # the prior refines classes only within these teachers' labels; None: all
     neighbours: np.ndarray | None = None  # (n, k): each row's nearest rows in a sentence encoder (muki-hard's smooth)
+    pick_neighbours: np.ndarray | None = None  # (n, k): the same, for muki's pick (pick_smooth)
 
     @property
     def num_rows(self) -> int:

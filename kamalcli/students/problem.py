@@ -10,6 +10,7 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace
+from kamalcli.probe.neighbours import pick_smooth_line
 from kamalcli.probe.outputs import teacher_outputs
 from kamalcli.probe.runner import generated_fit_line
 from kamalcli.students.plan import AmalgamateRequest, check_task, options_need_rmd, reads_confidences, teachers_task
@@ -63,6 +64,8 @@ def sequence_problem(workspace, store, request, method, options, teachers, datas
         objective = method.build(context, options)
     else:
         objective = method.build(outputs, options)
+    if "pick_smooth" in objective.info:
+        say(pick_smooth_line(options.pick_smooth, objective.info["pick_smooth"], dataset.name, options.encoder))
     if request.gold:
         gold_rows = gold_on_transfer_rows(store, request.gold, texts, outputs.space, say)
         objective = with_gold(objective, gold_rows)
@@ -221,15 +224,27 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
         prior = prototypes(request.prior["data"], lambda _: None).prior(list(outputs.space.names))
         within = request.prior.get("teachers")
         outputs = replace(outputs, prior=prior, prior_teachers=tuple(within) if within is not None else None)
+    fit = fits.get(request.prior["data"]) if request.prior and request.prior.get("data") else None
+
+    def transfer_vectors():  # the transfer rows' sentence vectors: the prior's where it has them, else cached ones
+        if fit is not None:
+            return fit.vectors
+        from kamalcli.data.text import load_dataset_rows
+        from kamalcli.probe.encoder import sentence_vectors
+
+        return sentence_vectors(workspace, options.encoder, load_dataset_rows(dataset)[0], dataset.content_hash,
+                                train_config.max_length, train_config.device, say)
+
     if getattr(options, "neighbours", 0):
-        fit = fits.get(request.prior["data"]) if request.prior and request.prior.get("data") else None
-        outputs = _with_neighbours(workspace, request, options, outputs, dataset, train_config, say, fit)
+        outputs = _with_neighbours(request, options, outputs, dataset, say, transfer_vectors)
+    if reads_confidences(method, options) and getattr(options, "pick_neighbours", 0):
+        outputs = _with_pick_neighbours(options, outputs, say, transfer_vectors)
     return outputs, probes, runner
 
 
-def _with_neighbours(workspace, request, options, outputs, dataset, train_config, say, fit=None):
-    """muki-hard's smooth: each transfer row's nearest rows in the prototype encoder's sentence vectors, the prior's
-    (fit) where it has them (kamalcli/probe/neighbours.py says when smooth=auto takes none, and why)."""
+def _with_neighbours(request, options, outputs, dataset, say, transfer_vectors):
+    """muki-hard's smooth: each transfer row's nearest rows in the prototype encoder's sentence vectors
+    (kamalcli/probe/neighbours.py says when smooth=auto takes none, and why)."""
     from kamalcli.probe.neighbours import OWN_SHARE, nearest_rows, neighbours_for
 
     k, why_not = neighbours_for(options.smooth, options.neighbours, request.prior, outputs.num_rows,
@@ -237,17 +252,26 @@ def _with_neighbours(workspace, request, options, outputs, dataset, train_config
     if not k:
         say(why_not)
         return outputs
-    if fit is not None:
-        vectors = fit.vectors
-    else:
-        from kamalcli.data.text import load_dataset_rows
-        from kamalcli.probe.encoder import sentence_vectors
-
-        vectors = sentence_vectors(workspace, options.encoder, load_dataset_rows(dataset)[0], dataset.content_hash,
-                                   train_config.max_length, train_config.device, say)
+    vectors = transfer_vectors()
     say(f"smooth={options.smooth}: each row's target is {OWN_SHARE:.0%} its own and {1 - OWN_SHARE:.0%} the mean of its "
         f"{k} nearest rows of {dataset.name} in {options.encoder} (no labels; smooth=0 turns it off).")
     return replace(outputs, neighbours=nearest_rows(vectors, k))
+
+
+def _with_pick_neighbours(options, outputs, say, transfer_vectors):
+    """muki's pick_smooth: each transfer row's nearest rows in the prototype encoder's sentence vectors, for the
+    method to average the confidences over (kamalcli/methods/muki.py decides, for auto, whether it does).
+    pick_smooth=auto goes on without it, saying so, when the encoder is not installed."""
+    from kamalcli.probe.neighbours import nearest_rows
+
+    try:
+        vectors = transfer_vectors()
+    except KamalError as error:
+        if options.pick_smooth != "auto":
+            raise
+        say(f"pick_smooth=auto: none ({error}).")
+        return outputs
+    return replace(outputs, pick_neighbours=nearest_rows(vectors, options.pick_neighbours))
 
 
 def _wants_prototypes(options, request, outputs) -> bool:
