@@ -40,8 +40,9 @@ def _label_names_by_spelling(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _no_smoothing_by_default(monkeypatch):
-    """muki-hard's smooth=auto changes every target beside a prior, and muki's pick_smooth=auto every pick; here auto
-    means none, so the tests of other things keep their targets, and the tests of smoothing set it. The real-model tier runs the true default."""
+    """muki-hard's smooth=auto changes every target beside a prior, and muki's pick_smooth=auto every pick; here
+    auto means none, so the tests of other things keep their targets, and the tests of smoothing set it. The
+    real-model tier runs the true default."""
     from kamalcli.probe import neighbours
 
     monkeypatch.setattr(neighbours, "SMOOTH_NEIGHBOURS", 0)

@@ -28,8 +28,8 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     assert [t["name"] for t in hard["teachers"]] == ["news", "money"]
     assert all(len(t["fingerprint"]) == 64 and t["probe_id"] for t in hard["teachers"])
     assert hard["options"] == {"paper": False, "mc": True, "reweight": True, "score": "auto", "calibrate": "none",
-                               "temperature": 1.0, "encoder": "minilm-l6", "refit": "auto", "pick_smooth": "auto", "commit": "auto", "prior": "auto",
-                               "smooth": "auto"}
+                               "temperature": 1.0, "encoder": "minilm-l6", "refit": "auto", "pick_smooth": "auto",
+                               "commit": "auto", "prior": "auto", "smooth": "auto"}
     assert hard["train"]["objective"]["auto"]["score"] in ("mc-dropout", "entropy", "max-prob", "energy")
     assert hard["select_by"] == "transfer-loss" and hard["train"]["selected_by"] == "transfer-loss"
     assert hard["train"]["held_out_rows"] == 12 and hard["train"]["train_rows"] == 228
@@ -262,6 +262,9 @@ def test_pick_smooth_averages_each_rows_confidence_with_its_nearest_rows_and_say
     result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "off", "--option", "pick_smooth=0",
                           "--option", "commit=1", *encoder, *train_args(assets))
     assert "pick_smooth=" not in result.output
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "kd", "--option", "pick_smooth=3",
+                          "--option", "commit=0", *encoder, *train_args(assets))
+    assert "pick_smooth=" not in result.output  # vanilla-kd's target reads no pick
     students = {s["name"]: s for s in two_teachers.json("students")}
     recorded = students["three"]["train"]["objective"]["pick_smooth"]
     assert recorded["neighbours"] == 3 and recorded["used"] and 0 <= recorded["agreement"] <= 1

@@ -8,7 +8,9 @@ picked teacher only where that score's measured selection is clearly better
 than the pick vanilla-kd's target already makes; otherwise the target is
 vanilla-kd's (commit=auto, hard only). commit=a in [0, 1] mixes the two targets
 and weights by hand: t = a Pad(p_i*) + (1 - a) softmax(concat_i z_i),
-w = a m + (1 - a).
+w = a m + (1 - a). pick_smooth=auto averages each row's confidences over its
+nearest transfer rows before the pick, where their own picks agree with the
+row's beyond chance (kamalcli/probe/neighbours.py).
 
 Token level (named entities): a teacher's confidence on a word is computed from
 its distribution over its own entity tags only (O removed, renormalised),

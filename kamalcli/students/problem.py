@@ -237,7 +237,8 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
 
     if getattr(options, "neighbours", 0):
         outputs = _with_neighbours(request, options, outputs, dataset, say, transfer_vectors)
-    if reads_confidences(method, options) and getattr(options, "pick_neighbours", 0):
+    if reads_confidences(method, options) and getattr(options, "pick_neighbours", 0) \
+            and getattr(options, "committed", 1.0) > 0:  # muki-hard's commit=0 reads no pick
         outputs = _with_pick_neighbours(options, outputs, say, transfer_vectors)
     return outputs, probes, runner
 
