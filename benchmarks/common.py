@@ -292,3 +292,19 @@ def write_results(bench: Bench, payload: dict, table: str) -> Path:
     (RESULTS / f"{stem}.md").write_text(heading + table + "\n")
     print(table)
     return RESULTS / f"{stem}.md"
+
+
+def amalgamate_in_copy(root: Path, args: list[str]):
+    """`kamal amalgamate ARGS` on a throwaway copy of the workspace at root (its students, runs and exports left
+    out), in-process: the CliRunner result. For measuring what amalgamate builds, with kamal's own decisions."""
+    import shutil
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from kamalcli.cli import cli
+
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / root.name
+        shutil.copytree(root, copy, ignore=shutil.ignore_patterns("students", "runs", "exports"))
+        return CliRunner().invoke(cli, ["--workspace", str(copy), "amalgamate", *args])

@@ -3,10 +3,11 @@ each row's k nearest rows (pick_smooth, kamalcli/probe/neighbours.py) and withou
 
 For each workspace (a default-student or cross-lingual-builds one: teachers added as folders, generated text, the
 transfer set and its gold copy): `kamal amalgamate --method muki-hard` runs with kamal's defaults, in a throwaway copy
-of the workspace, up to the method's objective, so every decision (score=auto, the prior and its check, refit=auto,
-commit=auto) is the one the default student makes. The teachers' outputs and options it was built from are kept and
-built again with pick_smooth=k, MUKI's hard target (commit=1) each time; each pick is compared with the teacher whose
-labels hold the gold label, and each target's argmax with the gold label (the gold copy is read only to measure).
+of the workspace, up to the method's objective, so every decision (score=auto, the prior and its check, refit=auto)
+is the one the default student makes, except that MUKI's hard target (commit=1) is asked for, since the pick is what
+is measured. The teachers' outputs and options it was built from are kept and built again with pick_smooth=k; each
+pick is compared with the teacher whose labels hold the gold label, and each target's argmax with the gold label
+(the gold copy is read only to measure).
 Trains nothing.
 
     python benchmarks/pick_smooth.py WORKSPACE... [--data pool --gold pool-gold] [--option refit=none]
@@ -15,9 +16,7 @@ Trains nothing.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import markdown  # noqa: E402
+from common import amalgamate_in_copy, markdown  # noqa: E402
 
 NEIGHBOURS = (0, 5, 10, 20, 40)
 
@@ -37,9 +36,6 @@ class _Stop(Exception):
 
 def default_outputs(root: Path, data: str, student: str, max_length: int, options: list[str]):
     """(teacher outputs, options) muki-hard's default builds its objective from, in a throwaway copy."""
-    from click.testing import CliRunner
-
-    from kamalcli.cli import cli
     from kamalcli.methods import REGISTRY
     from kamalcli.workspace.folder import find_workspace
     from kamalcli.workspace.store import Store
@@ -54,15 +50,11 @@ def default_outputs(root: Path, data: str, student: str, max_length: int, option
 
     REGISTRY["muki-hard"] = replace(method, build=keep)
     try:
-        with tempfile.TemporaryDirectory() as scratch:
-            copy = Path(scratch) / root.name
-            shutil.copytree(root, copy, ignore=shutil.ignore_patterns("students", "runs", "exports"))
-            result = CliRunner().invoke(cli, ["--workspace", str(copy), "amalgamate", "--method", "muki-hard",
-                                              "--name", "picks", "--student", student, "--data", data,
-                                              "--option", f"pick_smooth={max(NEIGHBOURS)}",
-                                              "--max-length", str(max_length),
-                                              *[a for o in options for a in ("--option", o)],
-                                              *[a for t in teachers for a in ("--teacher", t)]])
+        result = amalgamate_in_copy(root, ["--method", "muki-hard", "--name", "picks", "--student", student,
+                                           "--data", data, "--option", f"pick_smooth={max(NEIGHBOURS)}", "--option", "commit=1",
+                                           "--max-length", str(max_length),
+                                           *[a for o in options for a in ("--option", o)],
+                                           *[a for t in teachers for a in ("--teacher", t)]])
     finally:
         REGISTRY["muki-hard"] = method
     if "outputs" not in kept:
@@ -87,7 +79,7 @@ def measure(root: Path, data: str, gold_name: str, student: str, max_length: int
     owner = np.array([next(i for i, t in enumerate(outputs.teachers) if g in outputs.space.blocks[t]) for g in gold])
     rows = []
     for k in NEIGHBOURS:
-        objective = build_muki_hard(outputs, replace(chosen, pick_smooth=k, commit=1.0))
+        objective = build_muki_hard(outputs, replace(chosen, pick_smooth=k))
         target = objective.arrays["target"]
         picked = np.array([next(i for i, t in enumerate(outputs.teachers) if c in outputs.space.blocks[t])
                            for c in target.argmax(axis=1)])

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import markdown  # noqa: E402
+from common import amalgamate_in_copy, markdown  # noqa: E402
 
 NEIGHBOURS = (5, 10, 20, 40)
 OWN_SHARES = (0.7, 0.5, 0.3)
@@ -38,9 +36,7 @@ class _Stop(Exception):
 def default_target(root: Path, data: str, max_length: int, student: str) -> np.ndarray:
     """The (rows, |Y|) target kamal's default (smooth=0) trains on, in a throwaway copy of the workspace."""
     import kamalcli.train.loop as loop
-    from click.testing import CliRunner
 
-    from kamalcli.cli import cli
     from kamalcli.workspace.folder import find_workspace
     from kamalcli.workspace.store import Store
 
@@ -54,13 +50,9 @@ def default_target(root: Path, data: str, max_length: int, student: str) -> np.n
     original = loop.train
     loop.train = keep_target
     try:
-        with tempfile.TemporaryDirectory() as scratch:
-            copy = Path(scratch) / root.name
-            shutil.copytree(root, copy, ignore=shutil.ignore_patterns("students", "runs", "exports"))
-            result = CliRunner().invoke(cli, ["--workspace", str(copy), "amalgamate", "--method", "muki-hard",
-                                              "--name", "target", "--student", student, "--data", data,
-                                              "--option", "smooth=0", "--max-length", str(max_length),
-                                              *[a for t in teachers for a in ("--teacher", t)]])
+        result = amalgamate_in_copy(root, ["--method", "muki-hard", "--name", "target", "--student", student,
+                                           "--data", data, "--option", "smooth=0", "--max-length", str(max_length),
+                                           *[a for t in teachers for a in ("--teacher", t)]])
     finally:
         loop.train = original
     if "target" not in kept:
