@@ -76,13 +76,13 @@ def measure(root: Path, data: str, gold_name: str, student: str, max_length: int
         raise SystemExit(f"{gold_name} is not {data} with labels")
     names = list(outputs.space.names)
     gold = np.array([names.index(label) for label in gold_labels])
-    owner = np.array([next(i for i, t in enumerate(outputs.teachers) if g in outputs.space.blocks[t]) for g in gold])
+    owns = np.stack([outputs.space.mask(t) for t in outputs.teachers], axis=1)  # (labels, teachers)
+    owner = owns[gold].argmax(axis=1)
     rows = []
     for k in NEIGHBOURS:
         objective = build_muki_hard(outputs, replace(chosen, pick_smooth=k))
         target = objective.arrays["target"]
-        picked = np.array([next(i for i, t in enumerate(outputs.teachers) if c in outputs.space.blocks[t])
-                           for c in target.argmax(axis=1)])
+        picked = owns[target.argmax(axis=1)].argmax(axis=1)
         right = picked == owner
         kappa = objective.info.get("pick_smooth", {}).get("kappa")
         rows.append([k, f"{100 * right.mean():.1f}",

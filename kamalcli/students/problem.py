@@ -225,54 +225,49 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
         within = request.prior.get("teachers")
         outputs = replace(outputs, prior=prior, prior_teachers=tuple(within) if within is not None else None)
     fit = fits.get(request.prior["data"]) if request.prior and request.prior.get("data") else None
-
-    def transfer_vectors():  # the transfer rows' sentence vectors: the prior's where it has them, else cached ones
-        if fit is not None:
-            return fit.vectors
-        from kamalcli.data.text import load_dataset_rows
-        from kamalcli.probe.encoder import sentence_vectors
-
-        return sentence_vectors(workspace, options.encoder, load_dataset_rows(dataset)[0], dataset.content_hash,
-                                train_config.max_length, train_config.device, say)
-
-    if getattr(options, "neighbours", 0):
-        outputs = _with_neighbours(request, options, outputs, dataset, say, transfer_vectors)
-    if reads_confidences(method, options) and getattr(options, "pick_neighbours", 0) \
-            and getattr(options, "committed", 1.0) > 0:  # muki-hard's commit=0 reads no pick
-        outputs = _with_pick_neighbours(options, outputs, say, transfer_vectors)
+    outputs = _with_neighbours(workspace, request, method, options, outputs, dataset, train_config, say, fit)
     return outputs, probes, runner
 
 
-def _with_neighbours(request, options, outputs, dataset, say, transfer_vectors):
-    """muki-hard's smooth: each transfer row's nearest rows in the prototype encoder's sentence vectors
-    (kamalcli/probe/neighbours.py says when smooth=auto takes none, and why)."""
+def _with_neighbours(workspace, request, method, options, outputs, dataset, train_config, say, fit=None):
+    """Each transfer row's nearest rows in the prototype encoder's sentence vectors (the prior's, fit, where it has
+    them), found once for both of muki's uses: muki-hard's smooth (kamalcli/probe/neighbours.py says when
+    smooth=auto takes none, and why) and muki's pick_smooth (muki.py decides, for auto, whether it averages over
+    them; pick_smooth=auto goes on without them, saying so, when the encoder is not installed)."""
     from kamalcli.probe.neighbours import OWN_SHARE, nearest_rows, neighbours_for
 
-    k, why_not = neighbours_for(options.smooth, options.neighbours, request.prior, outputs.num_rows,
-                                len(outputs.space.names), dataset.name, options.encoder)
-    if not k:
-        say(why_not)
+    k_smooth = 0
+    if getattr(options, "neighbours", 0):
+        k_smooth, why_not = neighbours_for(options.smooth, options.neighbours, request.prior, outputs.num_rows,
+                                           len(outputs.space.names), dataset.name, options.encoder)
+        if not k_smooth:
+            say(why_not)
+    reads_pick = reads_confidences(method, options) and getattr(options, "committed", 1.0) > 0  # commit=0 does not
+    k_pick = getattr(options, "pick_neighbours", 0) if reads_pick else 0
+    if not (k_smooth or k_pick):
         return outputs
-    vectors = transfer_vectors()
-    say(f"smooth={options.smooth}: each row's target is {OWN_SHARE:.0%} its own and {1 - OWN_SHARE:.0%} the mean of its "
-        f"{k} nearest rows of {dataset.name} in {options.encoder} (no labels; smooth=0 turns it off).")
-    return replace(outputs, neighbours=nearest_rows(vectors, k))
-
-
-def _with_pick_neighbours(options, outputs, say, transfer_vectors):
-    """muki's pick_smooth: each transfer row's nearest rows in the prototype encoder's sentence vectors, for the
-    method to average the confidences over (kamalcli/methods/muki.py decides, for auto, whether it does).
-    pick_smooth=auto goes on without it, saying so, when the encoder is not installed."""
-    from kamalcli.probe.neighbours import nearest_rows
-
     try:
-        vectors = transfer_vectors()
+        vectors = fit.vectors if fit is not None else _sentence_vectors(workspace, options.encoder, dataset,
+                                                                          train_config, say)
     except KamalError as error:
-        if options.pick_smooth != "auto":
+        if k_smooth or options.pick_smooth != "auto":
             raise
         say(f"pick_smooth=auto: none ({error}).")
         return outputs
-    return replace(outputs, pick_neighbours=nearest_rows(vectors, options.pick_neighbours))
+    nearest = nearest_rows(vectors, max(k_smooth, k_pick))
+    if k_smooth:
+        say(f"smooth={options.smooth}: each row's target is {OWN_SHARE:.0%} its own and {1 - OWN_SHARE:.0%} the mean "
+            f"of its {k_smooth} nearest rows of {dataset.name} in {options.encoder} (no labels; smooth=0 turns it off).")
+        outputs = replace(outputs, neighbours=nearest[:, :k_smooth])
+    return replace(outputs, pick_neighbours=nearest[:, :k_pick]) if k_pick else outputs
+
+
+def _sentence_vectors(workspace, encoder: str, dataset, train_config, say):
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.probe.encoder import sentence_vectors
+
+    return sentence_vectors(workspace, encoder, load_dataset_rows(dataset)[0], dataset.content_hash,
+                            train_config.max_length, train_config.device, say)
 
 
 def _wants_prototypes(options, request, outputs) -> bool:
