@@ -166,7 +166,8 @@ def _smoothed_pick(confidence: np.ndarray, outputs: TeacherOutputs, options: Muk
     neighbours = outputs.pick_neighbours[:, :k]
     agreement = pick_agreement(confidence, neighbours)
     used = options.pick_smooth != "auto" or agreement.clear
-    info["pick_smooth"] = {"neighbours": int(neighbours.shape[1]), "used": used, "agreement": round(agreement.agreement, 4),
+    info["pick_smooth"] = {"neighbours": int(neighbours.shape[1]), "used": used,
+                           "agreement": round(agreement.agreement, 4),
                            "chance": round(agreement.chance, 4), "kappa": round(agreement.kappa, 4)}
     return neighbour_mean(confidence, neighbours) if used else confidence
 

@@ -1,0 +1,76 @@
+"""Where muki-hard's per-row weights put the loss: each teacher's share of it, under three weightings.
+
+For each workspace, muki-hard's default objective is built as in pick_smooth.py (a throwaway copy, kamal's own
+decisions, MUKI's hard target with the pick smoothed), then weighted three ways: MUKI's margin c_max - c_second
+(reweight=true, the default), no weights (reweight=false), and log |Y_i| of the picked teacher scaled to mean 1
+(computed here only: a rule tried for issue 31 and not kept, docs/benchmarks.md). Per teacher, over the rows whose
+gold label is one of its labels: the rows, their share of the summed weight, and their mean weight where the hard
+target names the gold label and where it does not (does the weight tell a right target from a wrong one?). The gold
+copy is read only to measure. Trains nothing.
+
+    python benchmarks/row_weights.py WORKSPACE... [--data pool --gold pool-gold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import markdown  # noqa: E402
+from pick_smooth import default_outputs  # noqa: E402
+
+WEIGHTINGS = ("margin (reweight=true)", "none (reweight=false)", "log of the picked teacher's class count")
+
+
+def measure(root: Path, data: str, gold_name: str, student: str, max_length: int) -> str:
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.methods.muki import build_muki_hard
+    from kamalcli.workspace.folder import find_workspace
+    from kamalcli.workspace.store import Store
+
+    outputs, chosen = default_outputs(root, data, student, max_length, [])
+    store = Store.open(find_workspace(str(root)))
+    gold_labels = load_dataset_rows(store.dataset(gold_name))[1]
+    names = list(outputs.space.names)
+    gold = np.array([names.index(label) for label in gold_labels])
+    owns = np.stack([outputs.space.mask(t) for t in outputs.teachers], axis=1)  # (labels, teachers)
+    owner = owns[gold].argmax(axis=1)
+    objective = build_muki_hard(outputs, replace(chosen, pick_smooth="auto", reweight=True))
+    right = objective.arrays["target"].argmax(axis=1) == gold
+    picked = owns[objective.arrays["target"].argmax(axis=1)].argmax(axis=1)
+    classes = np.log([len(outputs.space.blocks[t]) for t in outputs.teachers])[picked]
+    rows = []
+    for weighting, weights in zip(WEIGHTINGS, (objective.weights, np.ones(len(gold)), classes / classes.mean())):
+        for i, teacher in enumerate(outputs.teachers):
+            mine = owner == i
+            rows.append([weighting, teacher, int(mine.sum()), f"{weights[mine].sum() / weights.sum():.3f}",
+                         f"{weights[mine].mean() / weights.mean():.2f}", f"{100 * right[mine].mean():.1f}",
+                         f"{weights[mine & right].mean() / weights.mean():.2f}",
+                         f"{weights[mine & ~right].mean() / weights.mean():.2f}"])
+    return (f"## {root.parent.name}/{root.name} ({len(gold)} rows of {data})\n\n"
+            + markdown(["weights", "gold label's teacher", "rows", "share of the weight",
+                        "mean weight (all rows: 1)", "hard target right %", "mean weight, target right",
+                        "mean weight, target wrong"], rows) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workspaces", nargs="+", type=Path)
+    parser.add_argument("--data", default="pool")
+    parser.add_argument("--gold", default="pool-gold")
+    parser.add_argument("--student", default="minilm-l6", help="only decides the student's tokenizer here")
+    parser.add_argument("--max-length", type=int, default=64)
+    args = parser.parse_args()
+    for root in args.workspaces:
+        print(measure(root.resolve(), args.data, args.gold, args.student, args.max_length), flush=True)
+
+
+if __name__ == "__main__":
+    main()
