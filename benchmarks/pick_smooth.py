@@ -51,8 +51,8 @@ def default_outputs(root: Path, data: str, student: str, max_length: int, option
     REGISTRY["muki-hard"] = replace(method, build=keep)
     try:
         result = amalgamate_in_copy(root, ["--method", "muki-hard", "--name", "picks", "--student", student,
-                                           "--data", data, "--option", f"pick_smooth={max(NEIGHBOURS)}", "--option", "commit=1",
-                                           "--max-length", str(max_length),
+                                           "--data", data, "--option", f"pick_smooth={max(NEIGHBOURS)}",
+                                           "--option", "commit=1", "--max-length", str(max_length),
                                            *[a for o in options for a in ("--option", o)],
                                            *[a for t in teachers for a in ("--teacher", t)]])
     finally:
@@ -62,22 +62,39 @@ def default_outputs(root: Path, data: str, student: str, max_length: int, option
     return kept["outputs"], kept["options"]
 
 
-def measure(root: Path, data: str, gold_name: str, student: str, max_length: int, options: list[str]) -> str:
+def gold_of(root: Path, data: str, gold_name: str, outputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gold label index per row, (labels, teachers) ownership, the teacher owning each row's gold label), from the
+    transfer set's gold copy, read only to measure."""
     from kamalcli.data.text import load_dataset_rows
-    from kamalcli.methods.muki import build_muki_hard
     from kamalcli.workspace.folder import find_workspace
     from kamalcli.workspace.store import Store
 
-    outputs, chosen = default_outputs(root, data, student, max_length, options)
     store = Store.open(find_workspace(str(root)))
-    texts = load_dataset_rows(store.dataset(data))[0]
     gold_texts, gold_labels = load_dataset_rows(store.dataset(gold_name))
-    if gold_texts != texts:
+    if gold_texts != load_dataset_rows(store.dataset(data))[0]:
         raise SystemExit(f"{gold_name} is not {data} with labels")
     names = list(outputs.space.names)
     gold = np.array([names.index(label) for label in gold_labels])
-    owns = np.stack([outputs.space.mask(t) for t in outputs.teachers], axis=1)  # (labels, teachers)
-    owner = owns[gold].argmax(axis=1)
+    owns = np.stack([outputs.space.mask(t) for t in outputs.teachers], axis=1)
+    return gold, owns, owns[gold].argmax(axis=1)
+
+
+def workspaces_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every gold-measuring script over default-student workspaces takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("workspaces", nargs="+", type=Path)
+    parser.add_argument("--data", default="pool")
+    parser.add_argument("--gold", default="pool-gold")
+    parser.add_argument("--student", default="minilm-l6", help="only decides the student's tokenizer here")
+    parser.add_argument("--max-length", type=int, default=64)
+    return parser
+
+
+def measure(root: Path, data: str, gold_name: str, student: str, max_length: int, options: list[str]) -> str:
+    from kamalcli.methods.muki import build_muki_hard
+
+    outputs, chosen = default_outputs(root, data, student, max_length, options)
+    gold, owns, owner = gold_of(root, data, gold_name, outputs)
     rows = []
     for k in NEIGHBOURS:
         objective = build_muki_hard(outputs, replace(chosen, pick_smooth=k))
@@ -90,18 +107,13 @@ def measure(root: Path, data: str, gold_name: str, student: str, max_length: int
                      f"{100 * (target.argmax(axis=1) == gold).mean():.1f}", "-" if kappa is None else f"{kappa:.2f}"])
     decided = (f"score {chosen.confidence_score}, prior {objective.info.get('prior', 'none')}"
                + "".join(f", {o}" for o in options))
-    return (f"## {root.parent.name}/{root.name} ({decided}; {len(texts)} rows of {data})\n\n"
+    return (f"## {root.parent.name}/{root.name} ({decided}; {len(gold)} rows of {data})\n\n"
             + markdown(["pick_smooth", "picks the right teacher %", "per teacher (" + ", ".join(outputs.teachers) + ")",
                         "hard target names the gold label %", "neighbours' pick agreement (kappa)"], rows) + "\n")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workspaces", nargs="+", type=Path)
-    parser.add_argument("--data", default="pool")
-    parser.add_argument("--gold", default="pool-gold")
-    parser.add_argument("--student", default="minilm-l6", help="only decides the student's tokenizer here")
-    parser.add_argument("--max-length", type=int, default=64)
+    parser = workspaces_parser(__doc__.splitlines()[0])
     parser.add_argument("--option", action="append", default=[], help="an amalgamate option, e.g. refit=none")
     args = parser.parse_args()
     for root in args.workspaces:

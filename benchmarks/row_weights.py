@@ -13,7 +13,6 @@ copy is read only to measure. Trains nothing.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,24 +23,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import markdown  # noqa: E402
-from pick_smooth import default_outputs  # noqa: E402
+from pick_smooth import default_outputs, gold_of, workspaces_parser  # noqa: E402
 
 WEIGHTINGS = ("margin (reweight=true)", "none (reweight=false)", "log of the picked teacher's class count")
 
 
 def measure(root: Path, data: str, gold_name: str, student: str, max_length: int) -> str:
-    from kamalcli.data.text import load_dataset_rows
     from kamalcli.methods.muki import build_muki_hard
-    from kamalcli.workspace.folder import find_workspace
-    from kamalcli.workspace.store import Store
 
     outputs, chosen = default_outputs(root, data, student, max_length, [])
-    store = Store.open(find_workspace(str(root)))
-    gold_labels = load_dataset_rows(store.dataset(gold_name))[1]
-    names = list(outputs.space.names)
-    gold = np.array([names.index(label) for label in gold_labels])
-    owns = np.stack([outputs.space.mask(t) for t in outputs.teachers], axis=1)  # (labels, teachers)
-    owner = owns[gold].argmax(axis=1)
+    gold, owns, owner = gold_of(root, data, gold_name, outputs)
     objective = build_muki_hard(outputs, replace(chosen, pick_smooth="auto", reweight=True))
     right = objective.arrays["target"].argmax(axis=1) == gold
     picked = owns[objective.arrays["target"].argmax(axis=1)].argmax(axis=1)
@@ -61,13 +52,7 @@ def measure(root: Path, data: str, gold_name: str, student: str, max_length: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workspaces", nargs="+", type=Path)
-    parser.add_argument("--data", default="pool")
-    parser.add_argument("--gold", default="pool-gold")
-    parser.add_argument("--student", default="minilm-l6", help="only decides the student's tokenizer here")
-    parser.add_argument("--max-length", type=int, default=64)
-    args = parser.parse_args()
+    args = workspaces_parser(__doc__.splitlines()[0]).parse_args()
     for root in args.workspaces:
         print(measure(root.resolve(), args.data, args.gold, args.student, args.max_length), flush=True)
 
