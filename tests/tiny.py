@@ -150,7 +150,6 @@ def make_token_classifier(folder: Path, tags: list[str], *, seed: int = 0, layer
     return folder
 
 
-
 def minilm_l6_installed() -> bool:
     """Whether minilm-l6's package (`pip install -e '.[models]'`) is installed: the prototype score's encoder."""
     import importlib.util
