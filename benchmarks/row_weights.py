@@ -34,8 +34,9 @@ def measure(root: Path, data: str, gold_name: str, student: str, max_length: int
     outputs, chosen = default_outputs(root, data, student, max_length, [])
     gold, owns, owner = gold_of(root, data, gold_name, outputs)
     objective = build_muki_hard(outputs, replace(chosen, pick_smooth="auto", reweight=True))
-    right = objective.arrays["target"].argmax(axis=1) == gold
-    picked = owns[objective.arrays["target"].argmax(axis=1)].argmax(axis=1)
+    named = objective.arrays["target"].argmax(axis=1)
+    right = named == gold
+    picked = owns[named].argmax(axis=1)
     classes = np.log([len(outputs.space.blocks[t]) for t in outputs.teachers])[picked]
     rows = []
     for weighting, weights in zip(WEIGHTINGS, (objective.weights, np.ones(len(gold)), classes / classes.mean())):

@@ -25,6 +25,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_figures import sync  # noqa: E402
 
 from kamalcli.runtime import prepare_environment  # noqa: E402
 
@@ -56,32 +59,31 @@ def save_shapes(folder: Path) -> None:
 
 
 def models(shapes: Path | None, device: str):
-    """(lm, {teacher name: scorer}, teacher labels) as synthesize builds them; random weights from `shapes`."""
+    """(lm, one scorer per teacher of LABELS) as synthesize builds them; random weights of the shapes in `shapes`."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     from kamalcli.models.bases import resolve_lm_source, resolve_model_source
     from kamalcli.models.loading import load_causal_lm, load_classifier, load_tokenizer
     from kamalcli.synth.steering import CausalLM, TeacherScorer
 
     torch.manual_seed(0)
-    scorers = {}
     if shapes is None:
         lm_folder, teacher_folder = resolve_lm_source("smollm2-135m"), resolve_model_source("minilm-l3")
-        lm_model, tokenizer = load_causal_lm(lm_folder), load_tokenizer(lm_folder)
+        lm_model = load_causal_lm(lm_folder)
     else:
         lm_folder, teacher_folder = shapes / "lm", shapes / "teacher"
         lm_model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(lm_folder))).float().eval()
-        tokenizer = AutoTokenizer.from_pretrained(str(lm_folder))
-    lm = CausalLM(lm_model.to(device), tokenizer, torch.device(device))
-    for index, labels in enumerate(LABELS):
+    lm = CausalLM(lm_model.to(device), load_tokenizer(lm_folder), torch.device(device))
+    tokenizer = load_tokenizer(teacher_folder)
+    scorers = []
+    for labels in LABELS:
         if shapes is None:
             classifier = _fresh_head(load_classifier(teacher_folder), len(labels))
         else:
             config = AutoConfig.from_pretrained(str(teacher_folder), num_labels=len(labels))
             classifier = AutoModelForSequenceClassification.from_config(config).eval()
-        scorers[f"t{index}"] = TeacherScorer(classifier, AutoTokenizer.from_pretrained(str(teacher_folder)), 64,
-                                             device)
+        scorers.append(TeacherScorer(classifier, tokenizer, 64, device))
     return lm, scorers
 
 
@@ -108,9 +110,8 @@ def main() -> None:
         save_shapes(args.save_shapes)
         return
 
-    on_cuda = args.device.startswith("cuda")
     lm, scorers = models(args.shapes, args.device)
-    ensemble = EnsembleScorer(list(scorers.values()), [list(labels) for labels in LABELS])
+    ensemble = EnsembleScorer(scorers, [list(labels) for labels in LABELS])
     seconds = {name: 0.0 for name in CONFIGS}
     timings = {name: Timing() for name in CONFIGS}
     texts = {name: 0 for name in CONFIGS}
@@ -118,17 +119,16 @@ def main() -> None:
         label = LABELS[batch % 2][batch % 5]
         for name, (strength, first, later) in CONFIGS.items():
             config = SteeringConfig(strength, 20, 0.9, 32, "chunk", 8, first, later)
-            if on_cuda:
-                torch.cuda.synchronize()
+            sync(args.device)
             started = time.perf_counter()
             out, timing = generate(lm, ensemble if strength else None, ensemble.index(label),
                                    [PROMPT.format(label=label)] * args.batch_size, config, seed=100 + batch)
-            if on_cuda:
-                torch.cuda.synchronize()
+            sync(args.device)
             if batch >= 0:
                 seconds[name] += time.perf_counter() - started
                 timings[name].add(timing)
                 texts[name] += len(out)
+    on_cuda = args.device.startswith("cuda")
     device_name = torch.cuda.get_device_name() if on_cuda else f"CPU, {torch.get_num_threads()} threads"
     weights = f"random weights of the shapes in {args.shapes}" if args.shapes else "real weights"
     print(f"\nsmollm2-135m and two minilm-l3 teachers of 5 classes ({weights}) on {args.device} ({device_name}); "
