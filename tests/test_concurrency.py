@@ -20,7 +20,8 @@ import pytest
 import tiny
 from conftest import Kamal
 
-pytestmark = pytest.mark.xdist_group("busy-workspace")  # one worker holds the one held run (make test: loadgroup)
+# several processes, so the full tier (make test-all); one worker holds the one held run (loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("busy-workspace")]
 
 TRAIN = ["--epochs", "1", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
 

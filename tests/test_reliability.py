@@ -254,6 +254,7 @@ def test_item09_probe_with_only_labelled_eval_data_skips_rmd(kamal, assets, trai
     assert "Teacher selection on test" in result.stdout
 
 
+@pytest.mark.slow  # a subprocess that imports torch, transformers and onnxruntime: the full tier
 def test_item10_onnxruntime_writes_nothing_under_home(student_ws, tmp_path):
     home = tmp_path / "home"
     home.mkdir()

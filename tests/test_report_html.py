@@ -55,6 +55,7 @@ def test_the_report_holds_every_section_and_nothing_from_the_network(full_worksp
     assert html.count('aria-label="Training curve"') == 2
     assert html.count('aria-label="Confusion matrix"') == 2 and html.count('aria-label="F1 per class (%)"') == 2
     assert "not recorded" not in html
+    assert html.count("Decided when it trained: score=") == 2  # each student's auto choices, as it recorded them
     assert "<b>v2</b>" in html and "+2 new (health, arts)" in html  # lineage
     assert "baseline ensemble" in html
     assert len(html.encode()) < 2_000_000
@@ -103,6 +104,19 @@ def test_loss_history_is_recorded_per_step_and_survives_a_resume(two_teachers, a
     # the resumed run kept the steps before Ctrl-C, and they are the uninterrupted run's losses
     assert [s for s, _ in rows["kd"]] == list(range(1, steps + 1))
     assert [loss for _, loss in rows["kd"]] == pytest.approx([loss for _, loss in rows["straight"]], rel=1e-6)
+
+
+def test_a_student_block_names_what_its_objective_decided():
+    from kamalcli.report.html import decided
+
+    objective = {"score": "rmd", "commit": 1.0, "prior": "prototype within en", "refit": ["zh"], "reweight": True,
+                 "pick_smooth": {"neighbours": 10, "used": True, "agreement": 0.8, "chance": 0.55, "kappa": 0.5634}}
+    assert decided(objective) == ("score=rmd; commit=1; prior=prototype within en; refit=zh; "
+                                  "pick_smooth=10 (neighbours' kappa 0.56); reweight=margin")
+    unused = {"pick_smooth": {"neighbours": 10, "used": False, "agreement": 0.5, "chance": 0.5, "kappa": 0.0},
+              "smooth": 10, "commit": 0.0, "reweight": "per-teacher"}
+    assert decided(unused) == "commit=0; pick_smooth=0 (neighbours' kappa 0.00); smooth=10; reweight=per-teacher"
+    assert decided({"temperature": 2.0}) == ""
 
 
 def test_loss_history_file_keeps_the_last_value_per_step(tmp_path):

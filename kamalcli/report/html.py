@@ -161,12 +161,37 @@ def _evaluation(data: str, m: dict) -> str:
     return head + f'<div class="grid">{"".join(parts)}</div>' + tail
 
 
+def decided(objective: dict) -> str:
+    """The choices a student's objective recorded where its options said auto (score, commit, prior, refit,
+    pick_smooth, smooth, reweight), as option=value; "" for a method that records none."""
+    parts = []
+    if "score" in objective:
+        parts.append(f"score={objective['score']}")
+    if "commit" in objective:
+        parts.append(f"commit={objective['commit']:g}")
+    if "prior" in objective:
+        parts.append(f"prior={objective['prior']}")
+    if objective.get("refit"):
+        parts.append(f"refit={', '.join(objective['refit'])}")
+    pick = objective.get("pick_smooth")
+    if pick:
+        parts.append(f"pick_smooth={pick['neighbours'] if pick['used'] else 0} (neighbours' kappa {pick['kappa']:.2f})")
+    if "smooth" in objective:
+        parts.append(f"smooth={objective['smooth']}")
+    if "reweight" in objective:  # older students recorded true or false
+        parts.append(f"reweight={ {True: 'margin', False: 'none'}.get(objective['reweight'], objective['reweight'])}")
+    return "; ".join(parts)
+
+
 def student_block(s: StudentView) -> str:
     options = ", ".join(f"{k}={v}" for k, v in sorted(s.options.items())) or "defaults"
     lines = [f"<h3>{escape(s.name)}</h3>",
              f'<p class="note">{escape(s.method)} ({escape(options)}); teachers {escape(", ".join(s.teachers))}; '
              f'{len(s.labels)} labels; model selection {escape(s.select_by)}'
              + (f"; extends {escape(s.parent)}" if s.parent else "") + "</p>"]
+    choices = decided(s.train.get("objective") or {})
+    if choices:
+        lines.append(f'<p class="note">Decided when it trained: {escape(choices)}</p>')
     lines.append(_training_chart(s))
     if s.evaluations:
         lines += [_evaluation(data, m) for data, m in s.evaluations.items()]
