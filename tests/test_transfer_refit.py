@@ -110,6 +110,7 @@ def test_the_report_says_which_teachers_a_student_would_refit(capsys):
     _selection_summaries([], [record, kept])
     text = capsys.readouterr().out
     assert f"  muki, {refit.line}\n" in text and text.count("refit=auto") == 1
+    assert text.count("  muki, pick_smooth=auto and muki-hard's smooth=auto are decided on the rows a student trains on") == 2
     row = {"data": "synth", "teachers": ["en", "zh"], "options_key": "k", "score": "rmd", "accuracy": 0.8,
            "auroc": None, "target_accuracy": None, "rows": 200}
     page = selection_section(Report(workspace="w", teachers=[], selection=[row], auto=[record, kept]))

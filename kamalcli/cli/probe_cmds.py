@@ -180,6 +180,8 @@ def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
             click.echo(f"  muki, {decision['refit']['line']}")
         if decision.get("unread"):
             click.echo(f"  {unread_sentence(decision['unread'])}")
+        click.echo("  muki, pick_smooth=auto and muki-hard's smooth=auto are decided on the rows a student trains on: "
+                   "kamal amalgamate says what it decided, kamal report --html names each student's choices")
 
 
 def _figure(row: dict) -> str:
