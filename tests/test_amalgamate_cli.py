@@ -44,19 +44,20 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
 
 
 def test_probes_run_first_when_missing_and_are_reused(two_teachers, assets):
-    result = two_teachers("amalgamate", "--method", "uhc", "--name", "u0", *train_args(assets))
+    one_epoch = [*train_args(assets), "--epochs", "1"]  # what is probed first, not how the students learn
+    result = two_teachers("amalgamate", "--method", "uhc", "--name", "u0", *one_epoch)
     assert "Probing news on pool first (logits only: uhc reads no confidences; max length 128)." in result.stderr
-    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "u1", *train_args(assets))
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "u1", *one_epoch)
     assert "Probing news on pool first (K=16, max length 128)" in result.stderr
-    result = two_teachers("amalgamate", "--method", "muki-soft", "--name", "v1", *train_args(assets))
+    result = two_teachers("amalgamate", "--method", "muki-soft", "--name", "v1", *one_epoch)
     assert "first" not in result.stderr
-    result = two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "v2", "--mc-samples", "2", *train_args(assets))
+    result = two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "v2", "--mc-samples", "2", *one_epoch)
     assert "first" not in result.stderr  # any probe at this length has the logits
-    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "u2", "--mc-samples", "2", *train_args(assets),
+    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "u2", "--mc-samples", "2", *one_epoch,
                           code=2)
     assert "have no K=2: pass --mc-samples" in result.stderr and "or --reprobe" in result.stderr
     result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "u2", "--mc-samples", "2", "--reprobe",
-                          *train_args(assets))
+                          *one_epoch)
     assert "its other cached probes (K=1, max length 128; K=16, max length 128) are not used (--reprobe)" in result.stderr
 
 

@@ -206,8 +206,7 @@ def _policy_state(aux) -> list[torch.Tensor]:
             *[adam[k][name] for k in sorted(adam) for name in ("step", "exp_avg", "exp_avg_sq")]]
 
 
-@pytest.mark.parametrize("cut_at", [3, 9])  # 3: inside the student's pre-training phase; 9: in the alternation
-def test_rl_kd_resume_is_bit_for_bit_with_the_policy(kamal, assets, trained, interrupt_training, monkeypatch, cut_at):
+def test_rl_kd_resume_is_bit_for_bit_with_the_policy(kamal, assets, trained, interrupt_training, monkeypatch):
     kamal("add-teacher", trained["news"], "--name", "news")
     kamal("add-teacher", trained["money"], "--name", "money")
     kamal("add-data", assets["pool"], "--name", "pool")
@@ -215,33 +214,35 @@ def test_rl_kd_resume_is_bit_for_bit_with_the_policy(kamal, assets, trained, int
     seen = _final_auxiliaries(monkeypatch)
     kamal("amalgamate", *args, "--name", "straight")
     straight = _policy_state(seen[-1])
-    if cut_at == 3:
-        interrupt_training(3)                      # the first training to reach step 3: the pre-training phase
-    else:
+    for cut_at in (3, 9):  # 3: inside the student's pre-training phase; 9: in the alternation
+        cut = f"cut-at-{cut_at}"
+        if cut_at == 3:
+            interrupt_training(3)                      # the first training to reach step 3: the pre-training phase
+        else:
+            interrupt_training(None)
+            from kamalcli.train import loop
+
+            real = loop.train
+
+            def second_only(*a, step=cut_at, **k):
+                if k.get("description", "").startswith("rl-kd"):
+                    def stop(at):
+                        if at == step:
+                            raise KeyboardInterrupt
+                    return real(*a, **{**k, "on_step": stop})
+                return real(*a, **k)
+
+            monkeypatch.setattr(loop, "train", second_only)
+        kamal("amalgamate", *args, "--name", cut, code=130)
         interrupt_training(None)
-        from kamalcli.train import loop
-
-        real = loop.train
-
-        def second_only(*a, **k):
-            if k.get("description", "").startswith("rl-kd"):
-                def stop(at):
-                    if at == cut_at:
-                        raise KeyboardInterrupt
-                return real(*a, **{**k, "on_step": stop})
-            return real(*a, **k)
-
-        monkeypatch.setattr(loop, "train", second_only)
-    kamal("amalgamate", *args, "--name", "cut", code=130)
-    interrupt_training(None)
-    seen = _final_auxiliaries(monkeypatch)
-    kamal("amalgamate", "--resume", "cut")
-    resumed = _policy_state(seen[-1])
-    assert len(straight) == len(resumed) > 5
-    assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
-    students = {s["name"]: s for s in kamal.json("students")}
-    a = load_file(str(Path(students["straight"]["path"]) / "model.safetensors"))
-    b = load_file(str(Path(students["cut"]["path"]) / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    sa, sb = students["straight"]["train"]["objective"], students["cut"]["train"]["objective"]
-    assert sa["selection"] == sb["selection"] and sa["mean_reward"] == sb["mean_reward"]
+        seen = _final_auxiliaries(monkeypatch)
+        kamal("amalgamate", "--resume", cut)
+        resumed = _policy_state(seen[-1])
+        assert len(straight) == len(resumed) > 5
+        assert all(torch.equal(a, b) for a, b in zip(straight, resumed)), cut
+        students = {s["name"]: s for s in kamal.json("students")}
+        a = load_file(str(Path(students["straight"]["path"]) / "model.safetensors"))
+        b = load_file(str(Path(students[cut]["path"]) / "model.safetensors"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), cut
+        sa, sb = students["straight"]["train"]["objective"], students[cut]["train"]["objective"]
+        assert sa["selection"] == sb["selection"] and sa["mean_reward"] == sb["mean_reward"], cut
