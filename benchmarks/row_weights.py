@@ -1,8 +1,9 @@
-"""Where muki-hard's per-row weights put the loss: each teacher's share of it, under three weightings.
+"""Where muki-hard's per-row weights put the loss: each teacher's share of it, under four weightings.
 
 For each workspace, muki-hard's default objective is built as in pick_smooth.py (a throwaway copy, kamal's own
-decisions, MUKI's hard target with the pick smoothed), then weighted three ways: MUKI's margin c_max - c_second
-(reweight=true, the default), no weights (reweight=false), and log |Y_i| of the picked teacher scaled to mean 1
+decisions, MUKI's hard target with the pick smoothed), then weighted four ways: MUKI's margin c_max - c_second
+(reweight=true), that margin scaled to mean 1 within each picked teacher's rows (reweight=per-teacher, the default
+since issue 31), no weights (reweight=false), and log |Y_i| of the picked teacher scaled to mean 1
 (computed here only: a rule tried for issue 31 and not kept, docs/benchmarks.md). Per teacher, over the rows whose
 gold label is one of its labels: the rows, their share of the summed weight, and their mean weight where the hard
 target names the gold label and where it does not (does the weight tell a right target from a wrong one?). The gold
@@ -25,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown  # noqa: E402
 from pick_smooth import default_outputs, gold_of, workspaces_parser  # noqa: E402
 
-WEIGHTINGS = ("margin (reweight=true)", "none (reweight=false)", "log of the picked teacher's class count")
+WEIGHTINGS = ("margin (reweight=true)", "margin within each picked teacher (reweight=per-teacher, the default)",
+              "none (reweight=false)", "log of the picked teacher's class count")
 
 
 def measure(root: Path, data: str, gold_name: str, student: str, max_length: int) -> str:
@@ -34,12 +36,14 @@ def measure(root: Path, data: str, gold_name: str, student: str, max_length: int
     outputs, chosen = default_outputs(root, data, student, max_length, [])
     gold, owns, owner = gold_of(root, data, gold_name, outputs)
     objective = build_muki_hard(outputs, replace(chosen, pick_smooth="auto", reweight=True))
+    per_teacher = build_muki_hard(outputs, replace(chosen, pick_smooth="auto", reweight="per-teacher")).weights
     named = objective.arrays["target"].argmax(axis=1)
     right = named == gold
     picked = owns[named].argmax(axis=1)
     classes = np.log([len(outputs.space.blocks[t]) for t in outputs.teachers])[picked]
     rows = []
-    for weighting, weights in zip(WEIGHTINGS, (objective.weights, np.ones(len(gold)), classes / classes.mean())):
+    for weighting, weights in zip(WEIGHTINGS, (objective.weights, per_teacher, np.ones(len(gold)),
+                                                 classes / classes.mean())):
         for i, teacher in enumerate(outputs.teachers):
             mine = owner == i
             rows.append([weighting, teacher, int(mine.sum()), f"{weights[mine].sum() / weights.sum():.3f}",

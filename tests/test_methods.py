@@ -9,7 +9,7 @@ from kamalcli.labels import LabelSpace
 from kamalcli.methods import REGISTRY, get_method
 from kamalcli.methods.base import TeacherOutputs
 from kamalcli.methods.losses import kl_to_target
-from kamalcli.methods.muki import margin
+from kamalcli.methods.muki import margin, per_teacher_margin
 from kamalcli.methods.vanilla_kd import union_logits
 
 
@@ -43,7 +43,30 @@ def test_muki_hard_takes_the_most_confident_teacher_and_weights_by_margin():
     assert np.allclose(t[1], np.r_[0, 0, softmax(out.logits[1][1])], atol=1e-6)   # teacher b: 0.7 > 0.3
     assert np.allclose(objective.weights, [0.7, 0.4, 0.0])
     assert m.build(out, m.parse(["paper=true", "reweight=false"])).weights is None
-    assert np.allclose(m.build(out, m.parse(["score=mc-dropout"])).weights, [0.7, 0.4, 0.0])  # re-weighted by default
+    assert np.allclose(m.build(out, m.parse(["score=mc-dropout", "reweight=true"])).weights, [0.7, 0.4, 0.0])
+
+
+def test_the_default_row_weight_is_the_margin_scaled_to_mean_one_within_each_picked_teacher():
+    out = outputs()  # margins 0.7, 0.4, 0.0; rows 0 and 2 pick a (row 2 a tie), row 1 picks b
+    m = get_method("muki-hard")
+    objective = m.build(out, m.parse(["score=mc-dropout"]))
+    assert np.allclose(objective.weights, [2.0, 1.0, 0.0])  # a: 0.7 / 0.35, 0.0 / 0.35; b: 0.4 / 0.4
+    assert objective.info["reweight"] == "per-teacher"
+    assert m.build(out, m.parse(["score=mc-dropout", "reweight=per-teacher"])).info["reweight"] == "per-teacher"
+    assert m.build(out, m.parse(["paper=true"])).info["reweight"] == "margin"
+    assert m.build(out, m.parse(["score=mc-dropout", "reweight=false"])).weights is None
+    # a teacher whose picked rows all tie keeps weight 1 on them rather than 0 / 0
+    assert np.allclose(per_teacher_margin(np.array([[0.5, 0.5], [0.2, 0.6], [0.1, 0.9]])), [1.0, 2 / 3, 4 / 3])
+
+
+def test_reweight_takes_a_switch_or_a_word_and_refuses_the_rest():
+    m = get_method("muki-hard")
+    assert m.parse(["reweight=off"]).reweight is False and m.parse(["reweight=yes"]).reweight is True
+    assert m.parse([]).reweight == "auto"
+    with pytest.raises(KamalError, match="reweight must be true, false, auto or per-teacher"):
+        m.parse(["reweight=sometimes"])
+    with pytest.raises(KamalError, match="paper=true weights by MUKI's margin"):
+        m.parse(["paper=true", "reweight=per-teacher"])
 
 
 def test_mc_false_is_the_plain_entropy_ablation():
@@ -74,7 +97,7 @@ def test_rank_calibration_compares_each_teacher_with_itself():
     out = TeacherOutputs(base.space, base.teachers, base.logits, {"mc-dropout": c})
     m = get_method("muki-hard")
     assert m.build(out, m.parse(["paper=true"])).info["chosen_share"] == {"a": 1.0, "b": 0.0}
-    ranked = m.build(out, m.parse(["calibrate=rank", "score=mc-dropout"]))
+    ranked = m.build(out, m.parse(["calibrate=rank", "score=mc-dropout", "reweight=true"]))
     assert ranked.info["calibrate"] == "rank"
     assert ranked.info["chosen_share"] == {"a": 0.6667, "b": 0.3333}  # rounded to 4 places
     assert np.allclose(ranked.arrays["target"][1], np.r_[0, 0, softmax(out.logits[1][1])], atol=1e-6)
@@ -120,7 +143,7 @@ def test_kl_direction_handles_hard_targets_and_temperature():
 def test_commit_mixes_mukis_hard_target_and_weight_with_vanilla_kds():
     out = outputs()
     m = get_method("muki-hard")
-    half = m.build(out, m.parse(["score=mc-dropout", "commit=0.5"]))
+    half = m.build(out, m.parse(["score=mc-dropout", "commit=0.5", "reweight=true"]))
     # row 0: teacher a picked (0.9 > 0.2); a's softmax [2, 0] and softmax([2, 0, 0, 3]) over the union, halved
     assert np.allclose(half.arrays["target"][0], [0.56574, 0.07657, 0.01696, 0.34073], atol=1e-5)
     assert np.allclose(half.weights, [0.85, 0.7, 0.5])  # 0.5 * margin [0.7, 0.4, 0] + 0.5
@@ -178,7 +201,7 @@ def test_pick_smooth_picks_by_the_confidence_averaged_over_each_rows_neighbours(
     near = replace(outputs(), pick_neighbours=np.array([[1], [0], [0]]))
     # confidences [0.9, 0.2], [0.3, 0.7], [0.5, 0.5] averaged with row 1's, row 0's, row 0's:
     # [0.6, 0.45], [0.6, 0.45], [0.7, 0.35]: teacher a for every row (row 1 was b's)
-    smooth = m.build(near, m.parse(["score=mc-dropout", "commit=1", "pick_smooth=1"]))
+    smooth = m.build(near, m.parse(["score=mc-dropout", "commit=1", "pick_smooth=1", "reweight=true"]))
     assert smooth.info["chosen_share"] == {"a": 1.0, "b": 0.0}
     assert np.allclose(smooth.arrays["target"][1], [0.26894, 0.73106, 0, 0], atol=1e-5)  # a's softmax([0, 1])
     assert np.allclose(smooth.weights, [0.15, 0.15, 0.35])  # the margins of the averaged confidences

@@ -80,9 +80,11 @@ def test_muki_soft_mixes_by_softmax_of_entity_confidence():
 
 def test_muki_soft_builder_and_margin_weights():
     out = _outputs([[0.1, 0.85, 0.05, 0.0, 0.0]], [[0.97, 0.02, 0.01]], mc=True)
-    objective = build_token_muki_soft(out, MukiSoftOptions(tau=0.2))   # reweight=true: per-word margin
+    objective = build_token_muki_soft(out, MukiSoftOptions(tau=0.2))   # reweight=auto: per-word margin here
     assert objective.arrays["word_weight"][0, 0] == pytest.approx(0.84532 - 0.08170, abs=1e-4)
-    assert objective.info["score"] == "mc-dropout"
+    assert objective.info["score"] == "mc-dropout" and objective.info["reweight"] == "margin"
+    with pytest.raises(KamalError, match=r"^reweight=per-teacher is not supported at token level"):
+        build_token_muki_soft(out, MukiSoftOptions(tau=0.2, reweight="per-teacher"))
 
 
 def test_vanilla_kd_adds_the_teachers_o_classes_into_one_o():

@@ -32,7 +32,8 @@ class NoOptions(Options):
 
 
 register(Method("muki-hard", "each row learns from the most certain teacher (score=auto: the score chosen without "
-                              "labels; paper=true: MC dropout); rows re-weighted by the certainty margin; "
+                              "labels; paper=true: MC dropout); rows re-weighted by the certainty margin, scaled to "
+                              "mean 1 within each picked teacher's rows (reweight=true: the margin as it is); "
                               "commit=auto: vanilla-kd's target unless the pick is measured to be clearly better; "
                               "smooth=auto: each target half averaged over its 10 nearest transfer rows; "
                               "refit=auto: a teacher's RMD fitted again on the transfer rows where the generated "
@@ -41,7 +42,7 @@ register(Method("muki-hard", "each row learns from the most certain teacher (sco
                 muki.MukiHardOptions, muki.build_muki_hard, paper="Li et al., EMNLP 2022", confidences=True,
                 token_build=muki.build_token_muki_hard))
 register(Method("muki-soft", "each row learns from all teachers, weighted by softmax(certainty / tau) "
-                              "(paper=true: MC dropout); margin re-weighting",
+                              "(paper=true: MC dropout); margin re-weighting, per picked teacher as muki-hard's",
                 muki.MukiSoftOptions, muki.build_muki_soft, paper="Li et al., EMNLP 2022", confidences=True,
                 token_build=muki.build_token_muki_soft))
 register(Method("vanilla-kd", "the student matches softmax over all teachers' concatenated logits",

@@ -115,6 +115,9 @@ def _coerce(raw: str, hint, what: str):
         if raw in typing.get_args(literal):
             return raw
         number = next(a for a in args if a is not literal)
+        if number is bool:  # a switch or a word: reweight=false or reweight=auto
+            *others, last = ("true", "false", *typing.get_args(literal))
+            return _boolean(raw, f"{what} must be {', '.join(others)} or {last}")
         try:
             return number(raw)
         except ValueError:
@@ -126,12 +129,7 @@ def _coerce(raw: str, hint, what: str):
             raise KamalError(f"{what} must be one of {', '.join(map(str, choices))} (got {raw!r})")
         return raw
     if hint is bool:
-        lowered = raw.lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise KamalError(f"{what} must be true or false (got {raw!r})")
+        return _boolean(raw, f"{what} must be true or false")
     if hint in (int, float):
         try:
             return hint(raw)
@@ -142,6 +140,15 @@ def _coerce(raw: str, hint, what: str):
     if isinstance(hint, types.UnionType):  # pragma: no cover - not used by kamal's options
         raise KamalError(f"{what}: unsupported option type")
     return raw
+
+
+def _boolean(raw: str, mistake: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise KamalError(f"{mistake} (got {raw!r})")
 
 
 def require(condition: bool, message: str) -> None:

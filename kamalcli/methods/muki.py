@@ -8,9 +8,13 @@ picked teacher only where that score's measured selection is clearly better
 than the pick vanilla-kd's target already makes; otherwise the target is
 vanilla-kd's (commit=auto, hard only). commit=a in [0, 1] mixes the two targets
 and weights by hand: t = a Pad(p_i*) + (1 - a) softmax(concat_i z_i),
-w = a m + (1 - a). pick_smooth=auto averages each row's confidences over its
-nearest transfer rows before the pick, where their own picks agree with the
-row's beyond chance (kamalcli/probe/neighbours.py).
+w = a m + (1 - a). The row weight m is MUKI's margin c_max - c_second
+scaled to mean 1 within each picked teacher's rows (reweight=auto): it ranks
+a teacher's rows by how sure the pick is, without letting one teacher's
+general confidence set its share of the loss; reweight=true is the paper's
+margin as it is (paper=true). pick_smooth=auto averages each row's
+confidences over its nearest transfer rows before the pick, where their own
+picks agree with the row's beyond chance (kamalcli/probe/neighbours.py).
 
 Token level (named entities): a teacher's confidence on a word is computed from
 its distribution over its own entity tags only (O removed, renormalised),
@@ -20,9 +24,9 @@ teacher's most likely tag is an entity tag, hard takes the most confident
 teacher's whole distribution (O included) and soft mixes the teachers'
 distributions with weights softmax(c / tau). Where every teacher's most likely
 tag is O, there is nothing to select: the target is the mean of the teachers'
-distributions. reweight=true weights every word by the margin c_max - c_second
-of the entity confidences. The loss reads the student at each word's first
-sub-token and averages over the sentence's words.
+distributions. reweight=true (auto, the default here) weights every word by
+the margin c_max - c_second of the entity confidences. The loss reads the
+student at each word's first sub-token and averages over the sentence's words.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from kamalcli.probe.tokens import entity_confidences, every_teacher_says_o, sele
 from kamalcli.probs import softmax
 
 Calibration = Literal["none", "rank"]
+Reweight = Literal["auto", "per-teacher"]
 
 
 def margin(confidence: np.ndarray) -> np.ndarray:
@@ -49,11 +54,23 @@ def margin(confidence: np.ndarray) -> np.ndarray:
     return top2[..., 1] - top2[..., 0]
 
 
+def per_teacher_margin(confidence: np.ndarray) -> np.ndarray:
+    """(n, N) -> (n,): the margin divided by its mean over the rows that pick the same teacher, so every teacher's
+    rows weigh 1 on average (1 for a teacher whose rows all have margin 0)."""
+    weights, picked = margin(confidence), confidence.argmax(axis=1)
+    for teacher in np.unique(picked):
+        rows = picked == teacher
+        mean = weights[rows].mean()
+        weights[rows] = weights[rows] / mean if mean > 0 else 1.0
+    return weights
+
+
 @dataclass(frozen=True)
 class MukiOptions(Options):
     paper: bool = False           # True: the MUKI paper's configuration (MC dropout selects the teacher)
     mc: bool = True               # False: plain entropy instead of MC dropout (the paper's ablation)
-    reweight: bool = True         # instance re-weighting by the confidence margin
+    reweight: bool | Reweight = "auto"  # true: the confidence margin c_max - c_second (the paper); per-teacher: that
+    # margin scaled to mean 1 within each picked teacher's rows; auto: per-teacher (paper=true: true); false: none
     score: Score = "auto"         # which confidence picks the teacher; auto: chosen per workspace without labels
     calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
     temperature: float = 1.0      # softens the teachers' distributions and the student's alike
@@ -70,6 +87,8 @@ class MukiOptions(Options):
         require(self.pick_smooth == "auto" or self.pick_smooth >= 0,
                 "pick_smooth must be a number of rows, 0 or more (or auto)")
         require(not self.paper or self.pick_smooth in ("auto", 0), "paper=true picks row by row: drop pick_smooth=")
+        require(not self.paper or self.reweight != "per-teacher",
+                "paper=true weights by MUKI's margin: drop reweight= (reweight=false is the paper's ablation)")
 
     @property
     def pick_neighbours(self) -> int:
@@ -87,8 +106,11 @@ class MukiOptions(Options):
         return "entropy" if not self.mc and score == "mc-dropout" else score
 
     @property
-    def reweighted(self) -> bool:
-        return self.reweight
+    def reweighting(self) -> str:
+        """margin (the paper's), per-teacher (that margin scaled to mean 1 within each picked teacher's rows) or none."""
+        if self.reweight == "auto":
+            return "margin" if self.paper else "per-teacher"
+        return {True: "margin", False: "none"}.get(self.reweight, self.reweight)
 
 
 Prior = Literal["auto", "prototype", "none"]
@@ -150,9 +172,15 @@ def _muki_common(outputs: TeacherOutputs, options: MukiOptions, picks: bool = Tr
     if picks:
         confidence = _smoothed_pick(confidence, outputs, options, info)
     padded = np.stack([outputs.padded(i, options.temperature) for i in range(len(outputs.teachers))])  # (N, n, |Y|)
-    weights = margin(confidence) if options.reweighted else None
-    info.update({"score": score, "calibrate": calibrate, "reweight": options.reweighted})
+    weights = row_weights(confidence, options.reweighting)
+    info.update({"score": score, "calibrate": calibrate, "reweight": options.reweighting})
     return confidence, padded, weights, info
+
+
+def row_weights(confidence: np.ndarray, reweighting: str) -> np.ndarray | None:
+    if reweighting == "none":
+        return None
+    return margin(confidence) if reweighting == "margin" else per_teacher_margin(confidence)
 
 
 def _smoothed_pick(confidence: np.ndarray, outputs: TeacherOutputs, options: MukiOptions, info: dict) -> np.ndarray:
@@ -248,6 +276,8 @@ def _selection_score(options) -> bool:
         raise KamalError("smooth= is not supported at token level (drop it)")
     if getattr(options, "pick_smooth", "auto") not in ("auto", 0):
         raise KamalError("pick_smooth= is not supported at token level (drop it)")
+    if getattr(options, "reweight", "auto") == "per-teacher":
+        raise KamalError("reweight=per-teacher is not supported at token level (true, the default there, or false)")
     if score in ("auto", "mc-dropout"):
         return True
     if score == "entropy":
@@ -266,12 +296,13 @@ def _token_muki(outputs, options, tau):
     all_o = every_teacher_says_o(outputs)
     target = selected_targets(padded, confidence, all_o, tau)
     arrays = {"target": target.astype(np.float32), "word_mask": outputs.words.astype(np.float32)}
-    if options.reweighted:
+    reweighted = options.reweight in ("auto", True)  # token level: the paper's per-word margin
+    if reweighted:
         arrays["word_weight"] = margin(confidence).astype(np.float32)
     contested = outputs.words & ~all_o
     chosen = confidence.argmax(axis=-1)[contested]
     info = {"level": "token", "score": "mc-dropout" if mc and outputs.mc_probs[0] is not None else "entropy",
-            "entity_only_confidence": True, "reweight": options.reweighted,
+            "entity_only_confidence": True, "reweight": "margin" if reweighted else "none",
             "contested_words": int(contested.sum()), "all_o_words": int((outputs.words & all_o).sum()),
             "chosen_share_contested": dict(zip(outputs.teachers, (np.bincount(chosen, minlength=len(outputs.teachers))
                                                                  / max(1, chosen.size)).round(4).tolist()))}
