@@ -6,7 +6,8 @@ decisions, MUKI's hard target with the pick smoothed), then weighted four ways: 
 since issue 31), no weights (reweight=false), and log |Y_i| of the picked teacher scaled to mean 1
 (computed here only: a rule tried for issue 31 and not kept, docs/benchmarks.md). Per teacher, over the rows whose
 gold label is one of its labels: the rows, their share of the summed weight, and their mean weight where the hard
-target names the gold label and where it does not (does the weight tell a right target from a wrong one?). The gold
+target names the gold label and where it does not (does the weight tell a right target from a wrong one?), and the
+effective sample size (sum w)^2 / sum w^2 of those rows as a share of them (do the weights rest on few rows?). The gold
 copy is read only to measure. Trains nothing.
 
     python benchmarks/row_weights.py WORKSPACE... [--data pool --gold pool-gold]
@@ -49,11 +50,12 @@ def measure(root: Path, data: str, gold_name: str, student: str, max_length: int
             rows.append([weighting, teacher, int(mine.sum()), f"{weights[mine].sum() / weights.sum():.3f}",
                          f"{weights[mine].mean() / weights.mean():.2f}", f"{100 * right[mine].mean():.1f}",
                          f"{weights[mine & right].mean() / weights.mean():.2f}",
-                         f"{weights[mine & ~right].mean() / weights.mean():.2f}"])
+                         f"{weights[mine & ~right].mean() / weights.mean():.2f}",
+                         f"{100 * weights[mine].sum() ** 2 / (weights[mine] ** 2).sum() / mine.sum():.0f}"])
     return (f"## {root.parent.name}/{root.name} ({len(gold)} rows of {data})\n\n"
             + markdown(["weights", "gold label's teacher", "rows", "share of the weight",
                         "mean weight (all rows: 1)", "hard target right %", "mean weight, target right",
-                        "mean weight, target wrong"], rows) + "\n")
+                        "mean weight, target wrong", "effective rows %"], rows) + "\n")
 
 
 def main() -> None:
