@@ -178,8 +178,9 @@ def decided(objective: dict) -> str:
         parts.append(f"pick_smooth={pick['neighbours'] if pick['used'] else 0} (neighbours' kappa {pick['kappa']:.2f})")
     if "smooth" in objective:
         parts.append(f"smooth={objective['smooth']}")
-    if "reweight" in objective:  # older students recorded true or false
-        parts.append(f"reweight={ {True: 'margin', False: 'none'}.get(objective['reweight'], objective['reweight'])}")
+    if "reweight" in objective:
+        recorded = objective["reweight"]  # older students recorded true or false
+        parts.append(f"reweight={ {True: 'margin', False: 'none'}.get(recorded, recorded)}")
     return "; ".join(parts)
 
 
