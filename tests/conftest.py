@@ -111,10 +111,7 @@ def assets(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-@pytest.fixture(scope="session")
-def trained(tmp_path_factory, assets) -> dict[str, Path]:
-    """Two tiny teachers really trained (kamal train-teacher) on disjoint halves of four topics."""
-    ws = tmp_path_factory.mktemp("teacher-factory") / "ws"
+def _train_teachers(ws: Path, assets) -> dict[str, Path]:
     k = Kamal(None)
     k("init", ws)
     k = Kamal(ws)
@@ -125,6 +122,24 @@ def trained(tmp_path_factory, assets) -> dict[str, Path]:
     k("train-teacher", "train", "--labels", "health,arts", "--name", "life", *settings)
     teachers = {t["name"]: Path(t["path"]) for t in k.json("teachers")}
     return {**teachers, "workspace": ws}
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, assets, request) -> dict[str, Path]:
+    """Three tiny teachers really trained (kamal train-teacher) on disjoint thirds of six topics. Built once per
+    test session and shared by pytest-xdist's workers (tests only read teacher folders)."""
+    worker = getattr(request.config, "workerinput", None)
+    if worker is None:
+        return _train_teachers(tmp_path_factory.mktemp("teacher-factory") / "ws", assets)
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the session's folder, above each worker's own
+    index = shared / "teacher-factory.json"
+    with FileLock(str(shared / "teacher-factory.lock")):
+        if not index.is_file():
+            built = _train_teachers(shared / "teacher-factory" / "ws", assets)
+            index.write_text(json.dumps({name: str(path) for name, path in built.items()}))
+    return {name: Path(path) for name, path in json.loads(index.read_text()).items()}
 
 
 @pytest.fixture(scope="session")
@@ -158,6 +173,28 @@ def add_teachers_and_data(kamal: Kamal, teachers: dict[str, Path], assets) -> Ka
 def two_teachers(kamal, assets, trained) -> Kamal:
     """A workspace with the two trained teachers, transfer data and a labelled test set."""
     return add_teachers_and_data(kamal, {"news": trained["news"], "money": trained["money"]}, assets)
+
+
+@pytest.fixture(scope="session")
+def _kd_workspace(tmp_path_factory, assets, trained) -> Path:
+    ws = tmp_path_factory.mktemp("kd-student") / "ws"
+    Kamal(None)("init", ws)
+    k = add_teachers_and_data(Kamal(ws), {"news": trained["news"], "money": trained["money"]}, assets)
+    k("amalgamate", "--method", "vanilla-kd", "--name", "kd", "--student", assets["encoder"], "--epochs", 2,
+      "--lr", "2e-3", "--batch-size", 16, "--max-length", 32)
+    k("eval", "kd", "--data", "test")
+    return ws
+
+
+@pytest.fixture
+def kd_student(_kd_workspace, ws) -> Kamal:
+    """two_teachers' workspace with student "kd" (vanilla-kd), trained and evaluated on "test": a copy of one
+    workspace trained once per worker, which the test may change."""
+    import shutil
+
+    shutil.rmtree(ws)
+    shutil.copytree(_kd_workspace, ws)
+    return Kamal(ws)
 
 
 @pytest.fixture

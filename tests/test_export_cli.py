@@ -6,18 +6,9 @@ import sys
 
 import pytest
 
-TRAIN = ["--epochs", "2", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
 
-
-@pytest.fixture
-def student(two_teachers, assets):
-    two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "kd", "--student", assets["encoder"], *TRAIN)
-    two_teachers("eval", "kd", "--data", "test")
-    return two_teachers
-
-
-def test_export_records_parity_and_writes_a_card(student, ws):
-    result = student("export", "kd", "--onnx")
+def test_export_records_parity_and_writes_a_card(kd_student, ws):
+    result = kd_student("export", "kd", "--onnx")
     assert "parity with PyTorch on 256 texts" in result.stdout  # 80 eval rows, then transfer rows
     folder = ws / ".kamal" / "artifacts" / "exports" / "kd"
     assert {p.name for p in folder.iterdir()} >= {"model.onnx", "tokenizer.json", "labels.json", "README.md", "export.json"}
@@ -29,34 +20,34 @@ def test_export_records_parity_and_writes_a_card(student, ws):
     assert export["parity"]["max_abs_diff"] < 1e-4 and export["parity"]["padded_batches"] > 0
 
 
-def test_onnx_predictions_match_pytorch(student):
-    student("export", "kd", "--onnx")
+def test_onnx_predictions_match_pytorch(kd_student):
+    kd_student("export", "kd", "--onnx")
     texts = ["goal match league coach", "market bank revenue", "telescope genome physics", "the treaty embassy"]
-    torch_side = student.json("predict", "kd", *texts)
-    onnx_side = student.json("predict", "kd", "--onnx", *texts)
+    torch_side = kd_student.json("predict", "kd", *texts)
+    onnx_side = kd_student.json("predict", "kd", "--onnx", *texts)
     assert [p["label"] for p in onnx_side] == [p["label"] for p in torch_side]
     for a, b in zip(onnx_side, torch_side):
         assert a["probability"] == pytest.approx(b["probability"], abs=1e-4)
 
 
-def test_int8_export_and_refusals(student, ws, tmp_path):
-    student("export", "kd", "--onnx", "--quantize", "int8", "--out", tmp_path / "int8")
+def test_int8_export_and_refusals(kd_student, ws, tmp_path):
+    kd_student("export", "kd", "--onnx", "--quantize", "int8", "--out", tmp_path / "int8")
     assert (tmp_path / "int8" / "model.onnx").is_file()
     card_before = (tmp_path / "int8" / "README.md").read_text()
-    result = student("export", "kd", "--onnx", "--quantize", "int8", "--out", tmp_path / "int8", code=2)
+    result = kd_student("export", "kd", "--onnx", "--quantize", "int8", "--out", tmp_path / "int8", code=2)
     assert "already exists (use --force" in result.stderr
     assert (tmp_path / "int8" / "README.md").read_text() == card_before
-    student("export", "kd", "--onnx", "--quantize", "int8", "--out", tmp_path / "int8", "--force")
-    assert "choose a format: --onnx" in student("export", "kd", code=2).stderr
-    assert "no student named 'nope'" in student("export", "nope", "--onnx", code=2).stderr
+    kd_student("export", "kd", "--onnx", "--quantize", "int8", "--out", tmp_path / "int8", "--force")
+    assert "choose a format: --onnx" in kd_student("export", "kd", code=2).stderr
+    assert "no student named 'nope'" in kd_student("export", "nope", "--onnx", code=2).stderr
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")  # as root, permissions cannot make a folder unwritable; this can
-    assert "cannot create" in student("export", "kd", "--onnx", "--out", blocker / "x", code=2).stderr
+    assert "cannot create" in kd_student("export", "kd", "--onnx", "--out", blocker / "x", code=2).stderr
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no half-written staging folder
 
 
-def test_predict_from_the_export_needs_no_torch(student, ws):
-    student("export", "kd", "--onnx")
+def test_predict_from_the_export_needs_no_torch(kd_student, ws):
+    kd_student("export", "kd", "--onnx")
     code = (
         "import sys, json\n"
         "from kamalcli.cli import cli\n"

@@ -3,18 +3,16 @@
 import json
 
 import pytest
-import test_export_cli
 
-kd = test_export_cli.student  # the fixture: student "kd" (vanilla-kd), trained and evaluated on "test"
 
 TEXTS = ["goal match league coach", "market bank revenue", "telescope genome physics", "the treaty embassy"]
 
 
-def test_the_folder_loads_in_a_transformers_pipeline(kd, tmp_path):
+def test_the_folder_loads_in_a_transformers_pipeline(kd_student, tmp_path):
     from transformers import pipeline
 
     out = tmp_path / "kd-hf"
-    result = kd("export", "kd", "--hf", "--out", out)
+    result = kd_student("export", "kd", "--hf", "--out", out)
     assert f"Exported kd to {out}" in result.stdout and "transformers.pipeline on 64 texts" in result.stdout
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "README.md", "export.json"} <= names and "kamal.json" not in names
@@ -24,22 +22,22 @@ def test_the_folder_loads_in_a_transformers_pipeline(kd, tmp_path):
 
     classifier = pipeline("text-classification", model=str(out))
     got = classifier(TEXTS, top_k=None, truncation=True, max_length=32)
-    expected = kd.json("predict", "kd", "--top", "4", *TEXTS)
+    expected = kd_student.json("predict", "kd", "--top", "4", *TEXTS)
     for scores, want in zip(got, expected):
         assert scores[0]["label"] == want["label"]
         assert scores[0]["score"] == pytest.approx(want["probability"], abs=1e-5)
 
 
-def test_the_card_carries_what_the_hub_reads(kd, tmp_path):
+def test_the_card_carries_what_the_hub_reads(kd_student, tmp_path):
     from huggingface_hub import ModelCard
 
-    kd("export", "kd", "--hf", "--out", tmp_path / "kd-hf")
+    kd_student("export", "kd", "--hf", "--out", tmp_path / "kd-hf")
     card = ModelCard.load(tmp_path / "kd-hf" / "README.md")
     data = card.data.to_dict()
     assert data["library_name"] == "transformers" and data["pipeline_tag"] == "text-classification"
     assert "kamal" in data["tags"] and data["datasets"] == ["pool", "test"]
     assert "license" not in data and "base_model" not in data  # the tiny test base declares neither
-    accuracy = kd.json("students")[0]["evaluations"][0]["accuracy"]
+    accuracy = kd_student.json("students")[0]["evaluations"][0]["accuracy"]
     results = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
     assert results[("test", "accuracy")] == pytest.approx(accuracy, abs=1e-4)
     assert ("test", "f1") in results
@@ -50,38 +48,38 @@ def test_the_card_carries_what_the_hub_reads(kd, tmp_path):
     assert "{" + "name}" not in str(card) and "onnx" not in data["tags"]
 
 
-def test_the_onnx_card_has_the_same_hub_metadata(kd, ws):
+def test_the_onnx_card_has_the_same_hub_metadata(kd_student, ws):
     from huggingface_hub import ModelCard
 
-    kd("export", "kd", "--onnx")
+    kd_student("export", "kd", "--onnx")
     card = ModelCard.load(ws / ".kamal" / "artifacts" / "exports" / "kd" / "README.md")
     assert card.data.library_name == "onnxruntime" and "onnx" in card.data.tags
     assert {r.metric_type for r in card.data.eval_results} == {"accuracy", "f1"}
     assert "## Export" in card.text and "opset 17" in card.text
 
 
-def test_refusals_and_force(kd, tmp_path):
+def test_refusals_and_force(kd_student, tmp_path):
     out = tmp_path / "kd-hf"
-    kd("export", "kd", "--hf", "--out", out)
-    assert "already exists (use --force" in kd("export", "kd", "--hf", "--out", out, code=2).stderr
+    kd_student("export", "kd", "--hf", "--out", out)
+    assert "already exists (use --force" in kd_student("export", "kd", "--hf", "--out", out, code=2).stderr
     (out / "README.md").write_text("old")
-    kd("export", "kd", "--hf", "--out", out, "--force")
+    kd_student("export", "kd", "--hf", "--out", out, "--force")
     assert (out / "README.md").read_text().startswith("---")
 
     mine = tmp_path / "my-folder"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    result = kd("export", "kd", "--hf", "--out", mine, "--force", code=2)
+    result = kd_student("export", "kd", "--hf", "--out", mine, "--force", code=2)
     assert "is not a previous kamal export" in result.stderr and (mine / "notes.txt").read_text() == "keep me"
-    assert "one format at a time" in kd("export", "kd", "--hf", "--onnx", code=2).stderr
-    assert "--quantize applies to --onnx only" in kd("export", "kd", "--hf", "--quantize", "int8", code=2).stderr
-    assert "choose a format: --onnx or --hf" in kd("export", "kd", code=2).stderr
+    assert "one format at a time" in kd_student("export", "kd", "--hf", "--onnx", code=2).stderr
+    assert "--quantize applies to --onnx only" in kd_student("export", "kd", "--hf", "--quantize", "int8", code=2).stderr
+    assert "choose a format: --onnx or --hf" in kd_student("export", "kd", code=2).stderr
 
 
-def test_predict_json_keys_are_the_same_with_pytorch_and_onnx(kd):
-    kd("export", "kd", "--onnx")
+def test_predict_json_keys_are_the_same_with_pytorch_and_onnx(kd_student):
+    kd_student("export", "kd", "--onnx")
     for extra in ([], ["--onnx"]):
-        rows = kd.json("predict", "kd", "--top", "2", *extra, *TEXTS[:2])
+        rows = kd_student.json("predict", "kd", "--top", "2", *extra, *TEXTS[:2])
         assert len(rows) == 2
         for row, text in zip(rows, TEXTS):
             assert set(row) == {"text", "label", "probability", "top", "in_scope", "scope_score"} and row["text"] == text

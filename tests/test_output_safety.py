@@ -5,12 +5,10 @@ import os
 from pathlib import Path
 
 import pytest
-import test_export_cli
 import tiny
 
 from conftest import Kamal
 
-student = test_export_cli.student  # the fixture: student "kd" (vanilla-kd), trained and evaluated on "test"
 
 
 def _one_line(result) -> str:
@@ -47,15 +45,15 @@ def test_report_never_writes_into_a_teacher_folder(kamal, tmp_path):
     assert _snapshot(teacher) == before
 
 
-def test_report_never_writes_into_a_student_or_export_folder(student, ws, tmp_path):
-    student("export", "kd", "--hf", "--out", tmp_path / "kd-hf")
-    (kd,) = [s for s in student.json("students") if s["name"] == "kd"]
+def test_report_never_writes_into_a_student_or_export_folder(kd_student, ws, tmp_path):
+    kd_student("export", "kd", "--hf", "--out", tmp_path / "kd-hf")
+    (kd,) = [s for s in kd_student.json("students") if s["name"] == "kd"]
     kd_folder = Path(kd["path"])
     before = _snapshot(kd_folder), _snapshot(tmp_path / "kd-hf")
     for target, who in ((kd_folder / "model.safetensors", "student kd"), (tmp_path / "kd-hf" / "config.json", "export"),
                         (tmp_path / "kd-hf" / "report.html", "export")):
         for force in ([], ["--force"]):
-            message = _one_line(student("report", "--html", target, *force, code=2))
+            message = _one_line(kd_student("report", "--html", target, *force, code=2))
             assert who in message, message
     assert (_snapshot(kd_folder), _snapshot(tmp_path / "kd-hf")) == before
 
@@ -97,51 +95,51 @@ def _names(message: str) -> str:
     return message.split("(", 1)[1] if "(" in message else message
 
 
-def test_force_keeps_a_workspace_made_inside_an_export(student, tmp_path):
+def test_force_keeps_a_workspace_made_inside_an_export(kd_student, tmp_path):
     out = tmp_path / "kd-onnx"
-    student("export", "kd", "--onnx", "--out", out)
+    kd_student("export", "kd", "--onnx", "--out", out)
     Kamal(None)("init", out)  # a user makes a workspace in the export folder
     (out / "notes.txt").write_text("mine")
     before = _snapshot(out)
-    message = _one_line(student("export", "kd", "--onnx", "--out", out, "--force", code=2))
+    message = _one_line(kd_student("export", "kd", "--onnx", "--out", out, "--force", code=2))
     assert str(out) in message and ".kamal" in message and ".gitignore" in message, message
     assert _snapshot(out) == before
     assert Kamal(out).json("teachers") == []  # that workspace still works
 
 
-def test_force_replaces_only_what_an_export_wrote(student, tmp_path):
+def test_force_replaces_only_what_an_export_wrote(kd_student, tmp_path):
     out = tmp_path / "kd-hf"
-    student("export", "kd", "--hf", "--out", out)
+    kd_student("export", "kd", "--hf", "--out", out)
     (out / "my-eval.py").write_text("print('mine')")
-    message = _one_line(student("export", "kd", "--hf", "--out", out, "--force", code=2))
+    message = _one_line(kd_student("export", "kd", "--hf", "--out", out, "--force", code=2))
     assert "my-eval.py" in message, message
     assert (out / "my-eval.py").read_text() == "print('mine')"
     (out / "my-eval.py").unlink()
     (out / "README.md").write_text("edited")  # a file the export wrote: replaced
-    student("export", "kd", "--hf", "--out", out, "--force")
+    kd_student("export", "kd", "--hf", "--out", out, "--force")
     assert (out / "README.md").read_text().startswith("---")
 
     onnx = tmp_path / "kd-onnx"
-    student("export", "kd", "--onnx", "--out", onnx)
+    kd_student("export", "kd", "--onnx", "--out", onnx)
     listed = json.loads((onnx / ".kamal-export").read_text())["files"]
     assert sorted(listed) == sorted(p.name for p in onnx.iterdir())
     (onnx / "data").mkdir()  # a folder: no export writes one
-    message = _one_line(student("export", "kd", "--onnx", "--out", onnx, "--force", code=2))
+    message = _one_line(kd_student("export", "kd", "--onnx", "--out", onnx, "--force", code=2))
     assert "data" in _names(message), message
     assert (onnx / "data").is_dir()
 
 
 @pytest.mark.parametrize("extra", [None, "notes.txt"])
-def test_an_older_export_without_a_file_list(student, tmp_path, extra):
+def test_an_older_export_without_a_file_list(kd_student, tmp_path, extra):
     """A marker from before the list of files: replaceable when it holds only files an export writes."""
     out = tmp_path / "kd-onnx"
-    student("export", "kd", "--onnx", "--out", out)
+    kd_student("export", "kd", "--onnx", "--out", out)
     (out / ".kamal-export").write_text(json.dumps({"kamal_version": "0.9.0", "source": "somewhere"}))
     if extra is None:
-        student("export", "kd", "--onnx", "--out", out, "--force")
+        kd_student("export", "kd", "--onnx", "--out", out, "--force")
         assert "files" in json.loads((out / ".kamal-export").read_text())
         return
     (out / extra).write_text("mine")
-    message = _one_line(student("export", "kd", "--onnx", "--out", out, "--force", code=2))
+    message = _one_line(kd_student("export", "kd", "--onnx", "--out", out, "--force", code=2))
     assert extra in message, message
     assert (out / extra).read_text() == "mine"

@@ -3,11 +3,12 @@ amalgamate with every token-level method through the one training loop, measure 
 
 from __future__ import annotations
 
-
 import pytest
 
 import tiny
 from conftest import Kamal
+
+pytestmark = pytest.mark.xdist_group("ner")  # one worker builds the module's teachers, not each
 
 
 @pytest.fixture(scope="module")

@@ -112,32 +112,26 @@ def test_label_queue_signals_and_spread_golden():
 
 # -- the command line --------------------------------------------------------------------------------------
 
-@pytest.fixture
-def student(two_teachers, assets):
-    two_teachers("amalgamate", "--method", "vanilla-kd", "--name", "kd", "--student", assets["encoder"], *TRAIN)
-    return two_teachers
-
-
-def test_amalgamate_fits_a_scope_that_predict_eval_and_the_onnx_export_share(student, ws, assets, tmp_path):
-    record = next(s for s in student.json("students") if s["name"] == "kd")
+def test_amalgamate_fits_a_scope_that_predict_eval_and_the_onnx_export_share(kd_student, ws, assets, tmp_path):
+    record = next(s for s in kd_student.json("students") if s["name"] == "kd")
     assert record["scope"]["score"] == "rmd" and record["scope"]["rows"] == 240 and record["scope"]["keep"] == 0.95
     folder = ws / ".kamal" / "artifacts" / "students" / "kd"
     assert (folder / "scope.npz").is_file()
     texts = ["goal match league coach", "market bank revenue", "doctor clinic nurse therapy", "zzz qqq"]
-    torch_side = student.json("predict", "kd", *texts)
+    torch_side = kd_student.json("predict", "kd", *texts)
     assert all(isinstance(r["in_scope"], bool) and isinstance(r["scope_score"], float) for r in torch_side)
     assert "set" not in torch_side[0]  # not calibrated yet
-    metrics = student.json("eval", "kd", "--data", "test")
+    metrics = kd_student.json("eval", "kd", "--data", "test")
     assert 0.0 <= metrics["scope"]["flagged"] <= 1.0 and metrics["scope"]["auroc"] is None  # every gold label known
-    student("export", "kd", "--onnx")
-    onnx_side = student.json("predict", "kd", "--onnx", *texts)
+    kd_student("export", "kd", "--onnx")
+    onnx_side = kd_student.json("predict", "kd", "--onnx", *texts)
     for a, b in zip(onnx_side, torch_side):
         assert a["scope_score"] == pytest.approx(b["scope_score"], rel=1e-3, abs=1e-3)
         assert a["in_scope"] == b["in_scope"]
     export = json.loads((ws / ".kamal" / "artifacts" / "exports" / "kd" / "export.json").read_text())
     assert export["outputs"] == ["logits", "features"] and export["parity"]["features_max_abs_diff"] < 1e-3
     assert "Out of scope" in (ws / ".kamal" / "artifacts" / "exports" / "kd" / "README.md").read_text()
-    student("export", "kd", "--hf", "--out", tmp_path / "hf")
+    kd_student("export", "kd", "--hf", "--out", tmp_path / "hf")
     assert hf_scope_scores(tmp_path / "hf", texts) == pytest.approx([r["scope_score"] for r in torch_side], abs=1e-4)
 
 
@@ -158,61 +152,61 @@ def hf_scope_scores(folder, texts):
     return scores
 
 
-def test_eval_reports_how_well_the_scope_flags_labels_no_teacher_knows(student, assets):
-    student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
-    metrics = student.json("eval", "kd", "--data", "test6")
+def test_eval_reports_how_well_the_scope_flags_labels_no_teacher_knows(kd_student, assets):
+    kd_student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
+    metrics = kd_student.json("eval", "kd", "--data", "test6")
     scope = metrics["scope"]
     assert 0.0 <= scope["auroc"] <= 1.0 and scope["flagged_unknown"] is not None
-    assert "flagged out of scope" in student("eval", "kd", "--data", "test6").stdout
+    assert "flagged out of scope" in kd_student("eval", "kd", "--data", "test6").stdout
 
 
-def test_calibrate_gives_sets_in_predict_eval_and_exports(student, ws):
-    out = student("calibrate", "kd", "--data", "test", "--coverage", "0.8")
+def test_calibrate_gives_sets_in_predict_eval_and_exports(kd_student, ws):
+    out = kd_student("calibrate", "kd", "--data", "test", "--coverage", "0.8")
     assert "calibrated on 80 rows of test for coverage 0.8" in out.stdout
-    record = next(s for s in student.json("students") if s["name"] == "kd")
+    record = next(s for s in kd_student.json("students") if s["name"] == "kd")
     assert record["calibration"]["coverage"] == 0.8 and record["calibration"]["rows"] == 80
-    assert "rmd, keeps 95.0%; sets 80.0%" in student("students").stdout
-    rows = student.json("predict", "kd", "market bank revenue", "goal match")
+    assert "rmd, keeps 95.0%; sets 80.0%" in kd_student("students").stdout
+    rows = kd_student.json("predict", "kd", "market bank revenue", "goal match")
     assert all(isinstance(r["set"], list) for r in rows)
-    sets = student.json("eval", "kd", "--data", "test")["conformal"]
+    sets = kd_student.json("eval", "kd", "--data", "test")["conformal"]
     # calibrated and measured on the same 80 rows: coverage at least the ceil(81 * 0.8) / 80 the threshold took
     assert sets["coverage"] >= 0.8 and sets["coverage_asked"] == 0.8 and 1.0 <= sets["mean_set_size"] <= 4.0
-    student("export", "kd", "--onnx")
-    assert [r["set"] for r in student.json("predict", "kd", "--onnx", "market bank revenue", "goal match")] == \
+    kd_student("export", "kd", "--onnx")
+    assert [r["set"] for r in kd_student.json("predict", "kd", "--onnx", "market bank revenue", "goal match")] == \
         [r["set"] for r in rows]
     assert "Prediction sets" in (ws / ".kamal" / "artifacts" / "exports" / "kd" / "README.md").read_text()
 
 
-def test_calibrate_and_scope_refuse_bad_input_in_one_line(student, assets, tmp_path):
-    assert "has no gold labels" in student("calibrate", "kd", "--data", "pool", code=2).stderr
-    student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
-    before = student.db_snapshot()
-    err = student("calibrate", "kd", "--data", "test6", code=2).stderr
+def test_calibrate_and_scope_refuse_bad_input_in_one_line(kd_student, assets, tmp_path):
+    assert "has no gold labels" in kd_student("calibrate", "kd", "--data", "pool", code=2).stderr
+    kd_student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
+    before = kd_student.db_snapshot()
+    err = kd_student("calibrate", "kd", "--data", "test6", code=2).stderr
     assert "does not know (arts, health)" in err and err.count("\n") == 1
     for coverage in ("0", "1", "1.5"):
-        assert "strictly between 0 and 1" in student("calibrate", "kd", "--data", "test", "--coverage", coverage,
+        assert "strictly between 0 and 1" in kd_student("calibrate", "kd", "--data", "test", "--coverage", coverage,
                                                      code=2).stderr
-    assert "between 0 and 1" in student("scope", "kd", "--keep", "1.2", code=2).stderr
-    student("add-data", assets["test"], "--name", "held", "--role", "test")
-    before = student.db_snapshot()
-    err = student("calibrate", "kd", "--data", "held", code=2).stderr
+    assert "between 0 and 1" in kd_student("scope", "kd", "--keep", "1.2", code=2).stderr
+    kd_student("add-data", assets["test"], "--name", "held", "--role", "test")
+    before = kd_student.db_snapshot()
+    err = kd_student("calibrate", "kd", "--data", "held", code=2).stderr
     assert "held is a test set, which kamal only measures on" in err and err.count("\n") == 1
-    assert student.db_snapshot() == before
-    assert "Prediction" not in student("eval", "kd", "--data", "test").stdout
+    assert kd_student.db_snapshot() == before
+    assert "Prediction" not in kd_student("eval", "kd", "--data", "test").stdout
 
 
-def test_scope_refits_on_other_data(student):
-    fitted = student.json("scope", "kd", "--data", "test", "--keep", "0.9", "--score", "energy")
+def test_scope_refits_on_other_data(kd_student):
+    fitted = kd_student.json("scope", "kd", "--data", "test", "--keep", "0.9", "--score", "energy")
     assert (fitted["score"], fitted["rows"], fitted["keep"], fitted["data"]) == ("energy", 80, 0.9, "test")
-    rows = student.json("predict", "kd", "market bank revenue")
-    record = next(s for s in student.json("students") if s["name"] == "kd")
+    rows = kd_student.json("predict", "kd", "market bank revenue")
+    record = next(s for s in kd_student.json("students") if s["name"] == "kd")
     assert record["scope"]["score"] == "energy"
     assert rows[0]["in_scope"] == (rows[0]["scope_score"] >= record["scope"]["threshold"])
 
 
-def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(student, assets, tmp_path):
+def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(kd_student, assets, tmp_path):
     out = tmp_path / "queue.csv"
-    student("label-queue", "--data", "pool", "--n", "12", "--out", out, "--student", "kd")
+    kd_student("label-queue", "--data", "pool", "--n", "12", "--out", out, "--student", "kd")
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 12 and len({r["text"] for r in rows}) == 12
@@ -220,10 +214,10 @@ def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(student, assets
                             "small_margin", "student_unsure"}
     priorities = [float(r["priority"]) for r in rows]
     assert max(priorities) == priorities[0]
-    assert "exists" in student("label-queue", "--data", "pool", "--n", "3", "--out", out, code=2).stderr
-    assert "has 240 rows" in student("label-queue", "--data", "pool", "--n", "999", "--out", tmp_path / "q.jsonl",
+    assert "exists" in kd_student("label-queue", "--data", "pool", "--n", "3", "--out", out, code=2).stderr
+    assert "has 240 rows" in kd_student("label-queue", "--data", "pool", "--n", "999", "--out", tmp_path / "q.jsonl",
                                      code=2).stderr
-    assert ".csv or .jsonl" in student("label-queue", "--data", "pool", "--n", "3", "--out", tmp_path / "q.txt",
+    assert ".csv or .jsonl" in kd_student("label-queue", "--data", "pool", "--n", "3", "--out", tmp_path / "q.txt",
                                        code=2).stderr
     truth = {json.loads(line)["text"]: json.loads(line)["label"] for line in open(assets["train"])}
     for r in rows:  # the user fills in the labels (here: the pool's own topics, by keyword from the generator)
@@ -233,21 +227,21 @@ def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(student, assets
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    student("add-data", filled, "--name", "gold", "--label-column", "label")
-    result = student("amalgamate", "--method", "vanilla-kd", "--name", "kd-gold", "--data", "pool", "--gold", "gold",
+    kd_student("add-data", filled, "--name", "gold", "--label-column", "label")
+    result = kd_student("amalgamate", "--method", "vanilla-kd", "--name", "kd-gold", "--data", "pool", "--gold", "gold",
                      "--student", assets["encoder"], *TRAIN)
     assert "Gold labels of gold: 12 transfer rows learn their label" in result.stderr
-    record = next(s for s in student.json("students") if s["name"] == "kd-gold")
+    record = next(s for s in kd_student.json("students") if s["name"] == "kd-gold")
     assert record["train"]["gold"] == "gold" and record["train"]["objective"]["gold"]["rows"] == 12
 
 
-def test_gold_refuses_data_without_labels_or_with_unknown_ones(student, assets, tmp_path):
+def test_gold_refuses_data_without_labels_or_with_unknown_ones(kd_student, assets, tmp_path):
     args = ["amalgamate", "--method", "vanilla-kd", "--student", assets["encoder"], *TRAIN, "--data", "pool"]
-    assert "has no labels" in student(*args, "--gold", "pool", code=2).stderr
-    student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
-    before = student.db_snapshot()
-    assert "none of the teachers knows: arts, health" in student(*args, "--gold", "test6", code=2).stderr
-    assert student.db_snapshot() == before
+    assert "has no labels" in kd_student(*args, "--gold", "pool", code=2).stderr
+    kd_student("add-data", assets["test6"], "--name", "test6", "--role", "eval")
+    before = kd_student.db_snapshot()
+    assert "none of the teachers knows: arts, health" in kd_student(*args, "--gold", "test6", code=2).stderr
+    assert kd_student.db_snapshot() == before
 
 
 def test_predict_table_marks_out_of_scope_rows_and_shows_sets(capsys):
