@@ -32,6 +32,7 @@ RMD_VARIANTS = [
 
 
 KAMAL_PICKS = [RMD_VARIANTS[0], RMD_VARIANTS[2]]  # muki-hard selecting by RMD, and by per-teacher rank
+KAMAL_DEFAULT = ("kamal's default (muki-hard, no options)", "muki-hard", ())
 # MUKI Table 1's feature-level baselines (teachers' features per step; see docs/methods.md)
 FEATURE_METHODS = [
     ("dfa", "dfa", ()),
@@ -242,7 +243,7 @@ def heterogeneous(bench: Bench) -> None:
     fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
     sections, payload = [], {"fixed": fixed_payload}
     for base in ("minilm-l6", "minilm-l3"):
-        methods = MUKI_METHODS + (KAMAL_PICKS if base == "minilm-l6" else [])
+        methods = MUKI_METHODS + (KAMAL_PICKS + [KAMAL_DEFAULT] if base == "minilm-l6" else [])
         students, student_payload = _student_rows(bench, ws, teachers, methods, base=base, tag=f"{base} ")
         sections.append(f"**student {base}**\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students]))
         payload[base] = student_payload
@@ -258,38 +259,54 @@ def extension(bench: Bench) -> None:
     for name, labels in zip(names, thirds):
         bench.teacher(ws, name, labels)
     bench.probe(ws)
-    routes = {
-        "(a) 1+2, then extend with 3 (calibrate=rank, kamal's default)": ("extend", "rank"),
-        "(a) 1+2, then extend with 3 (calibrate=none, raw confidences)": ("extend", "none"),
-        "(b) all three from scratch (muki-soft as published)": ("scratch", "none"),
-        "(b) all three from scratch (calibrate=rank)": ("scratch", "rank"),
+    routes = {  # (kind, the extension's or student's name stem, its --option values)
+        "(a) 1+2, then extend with 3 (kamal's default: calibrate=rank, pick_smooth=auto, reweight=auto)":
+            ("extend", "rank", ("calibrate=rank",)),
+        "(a) 1+2, then extend with 3 (calibrate=rank, pick_smooth=0, reweight=true: the default before 2026-11-27)":
+            ("extend", "rank-nopick", ("calibrate=rank", "pick_smooth=0", "reweight=true")),
+        "(a) 1+2, then extend with 3 (calibrate=none, raw confidences)": ("extend", "none", ("calibrate=none",)),
+        "(b) all three from scratch (muki-soft as published: paper=true)": ("scratch", "paper", ("paper=true",)),
+        "(b) all three from scratch (calibrate=rank)": ("scratch", "rank", ("calibrate=rank",)),
     }
     per_seed = {route: [] for route in routes}
     for seed in bench.seeds:
         bench.student(ws, "a-first", "muki-soft", names[:2], seed)
-        for route, (kind, calibrate) in routes.items():
+        for route, (kind, stem, options) in routes.items():
             if kind == "extend":
-                name = f"a-ext-{calibrate}-s{seed}"
+                name = f"a-ext-{stem}-s{seed}"
                 if not ws.has_student(name):
-                    bench.say(f"extend a-first-s{seed} with third-3 ({calibrate})")
+                    bench.say(f"extend a-first-s{seed} with third-3 ({' '.join(options)})")
                     ws("extend", f"a-first-s{seed}", "--teacher", "third-3", "--name", name, "--data", "transfer",
-                       "--option", f"calibrate={calibrate}", "--mc-samples", str(bench.profile.mc_samples),
+                       *[arg for option in options for arg in ("--option", option)],
+                       "--mc-samples", str(bench.profile.mc_samples),
                        *bench.profile.train_args(bench.profile.student_epochs, seed))
-                seconds = next(s for s in ws.json("students") if s["name"] == name)["train"]["seconds"]
+                record = next(s for s in ws.json("students") if s["name"] == name)
+                seconds, decided = record["train"]["seconds"], record["train"].get("objective", {})
             else:
-                result = bench.student(ws, f"b-{calibrate}", "muki-soft", names, seed, (f"calibrate={calibrate}",))
-                name, seconds = f"b-{calibrate}-s{seed}", result["train_seconds"]
+                result = bench.student(ws, f"b-{stem}", "muki-soft", names, seed, options)
+                name, seconds, decided = f"b-{stem}-s{seed}", result["train_seconds"], result["objective"] or {}
             metrics = ws.json("eval", name, "--data", "test")
             old, new = _old_new(metrics, old_labels)
-            per_seed[route].append({"accuracy": metrics["accuracy"], "old": old, "new": new, "seconds": seconds})
+            pick = decided.get("pick_smooth") or {}
+            per_seed[route].append({"accuracy": metrics["accuracy"], "old": old, "new": new, "seconds": seconds,
+                                    "pick_smooth": pick.get("neighbours") if pick.get("used") else 0 if pick else None,
+                                    "pick_kappa": pick.get("kappa"), "reweight": decided.get("reweight")})
     rows, summary = [], {}
     for route, results in per_seed.items():
         agg = {k: summarize([r[k] for r in results]) for k in ("accuracy", "old", "new", "seconds")}
         summary[route] = agg
-        rows.append([route, pct(agg["accuracy"]), pct(agg["old"]), pct(agg["new"]), f"{agg['seconds']['mean']:.0f}"])
+        rows.append([route, pct(agg["accuracy"]), pct(agg["old"]), pct(agg["new"]), f"{agg['seconds']['mean']:.0f}",
+                     " / ".join(_decided(r) for r in results)])
     headers = ["route", "test accuracy %", f"old labels ({len(old_labels)}) %", f"new labels ({len(thirds[2])}) %",
-               "training seconds (extension step for a)"]
+               "training seconds (extension step for a)", "pick_smooth (neighbours' kappa), reweight, per seed"]
     write_results(bench, {"per_seed": per_seed, "summary": summary, "thirds": thirds}, markdown(headers, rows))
+
+
+def _decided(result: dict) -> str:
+    pick = "-" if result["pick_smooth"] is None else str(result["pick_smooth"])
+    if result["pick_kappa"] is not None:
+        pick += f" ({result['pick_kappa']:.2f})"
+    return f"{pick}, {result['reweight'] or '-'}"
 
 
 def _old_new(metrics: dict, old_labels: list[str]) -> tuple[float | None, float | None]:
