@@ -32,7 +32,6 @@ RMD_VARIANTS = [
 
 
 KAMAL_PICKS = [RMD_VARIANTS[0], RMD_VARIANTS[2]]  # muki-hard selecting by RMD, and by per-teacher rank
-KAMAL_DEFAULT = ("kamal's default (muki-hard, no options)", "muki-hard", ())
 # MUKI Table 1's feature-level baselines (teachers' features per step; see docs/methods.md)
 FEATURE_METHODS = [
     ("dfa", "dfa", ()),
@@ -235,6 +234,7 @@ def more_teachers(bench: Bench) -> None:
 
 def heterogeneous(bench: Bench) -> None:
     """MUKI Table 4: teachers of different depth (minilm-l6 and minilm-l3)."""
+    from default_student import DEFAULT
     ws = bench.workspace("heterogeneous")
     bench.teacher(ws, "a-l6", HALF_A, base="minilm-l6")
     bench.teacher(ws, "b-l3", HALF_B, base="minilm-l3")
@@ -243,7 +243,7 @@ def heterogeneous(bench: Bench) -> None:
     fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
     sections, payload = [], {"fixed": fixed_payload}
     for base in ("minilm-l6", "minilm-l3"):
-        methods = MUKI_METHODS + (KAMAL_PICKS + [KAMAL_DEFAULT] if base == "minilm-l6" else [])
+        methods = MUKI_METHODS + (KAMAL_PICKS + [(DEFAULT, "muki-hard", ())] if base == "minilm-l6" else [])
         students, student_payload = _student_rows(bench, ws, teachers, methods, base=base, tag=f"{base} ")
         sections.append(f"**student {base}**\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students]))
         payload[base] = student_payload
@@ -252,6 +252,7 @@ def heterogeneous(bench: Bench) -> None:
 
 def extension(bench: Bench) -> None:
     """Incremental extension: (a) teachers 1+2 then extend with 3, against (b) all three at once."""
+    from kamalcli.report.html import decided
     thirds = [["admin", "games", "graphics"], ["mail", "math", "net"], ["science", "sound", "text", "web"]]
     old_labels = thirds[0] + thirds[1]
     ws = bench.workspace("thirds")
@@ -281,32 +282,23 @@ def extension(bench: Bench) -> None:
                        "--mc-samples", str(bench.profile.mc_samples),
                        *bench.profile.train_args(bench.profile.student_epochs, seed))
                 record = next(s for s in ws.json("students") if s["name"] == name)
-                seconds, decided = record["train"]["seconds"], record["train"].get("objective", {})
+                seconds, objective = record["train"]["seconds"], record["train"].get("objective") or {}
             else:
                 result = bench.student(ws, f"b-{stem}", "muki-soft", names, seed, options)
-                name, seconds, decided = f"b-{stem}-s{seed}", result["train_seconds"], result["objective"] or {}
+                name, seconds, objective = f"b-{stem}-s{seed}", result["train_seconds"], result["objective"] or {}
             metrics = ws.json("eval", name, "--data", "test")
             old, new = _old_new(metrics, old_labels)
-            pick = decided.get("pick_smooth") or {}
             per_seed[route].append({"accuracy": metrics["accuracy"], "old": old, "new": new, "seconds": seconds,
-                                    "pick_smooth": pick.get("neighbours") if pick.get("used") else 0 if pick else None,
-                                    "pick_kappa": pick.get("kappa"), "reweight": decided.get("reweight")})
+                                    "decided": decided(objective)})
     rows, summary = [], {}
     for route, results in per_seed.items():
         agg = {k: summarize([r[k] for r in results]) for k in ("accuracy", "old", "new", "seconds")}
         summary[route] = agg
         rows.append([route, pct(agg["accuracy"]), pct(agg["old"]), pct(agg["new"]), f"{agg['seconds']['mean']:.0f}",
-                     " / ".join(_decided(r) for r in results)])
+                     " / ".join(r["decided"] for r in results)])
     headers = ["route", "test accuracy %", f"old labels ({len(old_labels)}) %", f"new labels ({len(thirds[2])}) %",
-               "training seconds (extension step for a)", "pick_smooth (neighbours' kappa), reweight, per seed"]
+               "training seconds (extension step for a)", "decided where its options said auto, per seed (as kamal report shows it)"]
     write_results(bench, {"per_seed": per_seed, "summary": summary, "thirds": thirds}, markdown(headers, rows))
-
-
-def _decided(result: dict) -> str:
-    pick = "-" if result["pick_smooth"] is None else str(result["pick_smooth"])
-    if result["pick_kappa"] is not None:
-        pick += f" ({result['pick_kappa']:.2f})"
-    return f"{pick}, {result['reweight'] or '-'}"
 
 
 def _old_new(metrics: dict, old_labels: list[str]) -> tuple[float | None, float | None]:

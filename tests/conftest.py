@@ -19,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 FOUR = ["world", "sports", "business", "scitech"]
 SIX = FOUR + ["health", "arts"]
+TRAIN = ["--epochs", "2", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]  # a tiny student's budget
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -111,7 +112,7 @@ def assets(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def _train_teachers(ws: Path, assets) -> dict[str, Path]:
+def _train_teachers(ws: Path, assets) -> dict[str, str]:
     k = Kamal(None)
     k("init", ws)
     k = Kamal(ws)
@@ -120,25 +121,22 @@ def _train_teachers(ws: Path, assets) -> dict[str, Path]:
     k("train-teacher", "train", "--labels", "world,sports", "--name", "news", *settings)
     k("train-teacher", "train", "--labels", "business,scitech", "--name", "money", *settings)
     k("train-teacher", "train", "--labels", "health,arts", "--name", "life", *settings)
-    teachers = {t["name"]: Path(t["path"]) for t in k.json("teachers")}
-    return {**teachers, "workspace": ws}
+    return {t["name"]: t["path"] for t in k.json("teachers")}
 
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory, assets, request) -> dict[str, Path]:
     """Three tiny teachers really trained (kamal train-teacher) on disjoint thirds of six topics. Built once per
     test session and shared by pytest-xdist's workers (tests only read teacher folders)."""
-    worker = getattr(request.config, "workerinput", None)
-    if worker is None:
-        return _train_teachers(tmp_path_factory.mktemp("teacher-factory") / "ws", assets)
     from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp().parent  # the session's folder, above each worker's own
-    index = shared / "teacher-factory.json"
-    with FileLock(str(shared / "teacher-factory.lock")):
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):
+        root = root.parent  # the session's folder, above each xdist worker's own
+    index = root / "teacher-factory.json"
+    with FileLock(str(root / "teacher-factory.lock")):
         if not index.is_file():
-            built = _train_teachers(shared / "teacher-factory" / "ws", assets)
-            index.write_text(json.dumps({name: str(path) for name, path in built.items()}))
+            index.write_text(json.dumps(_train_teachers(root / "teacher-factory" / "ws", assets)))
     return {name: Path(path) for name, path in json.loads(index.read_text()).items()}
 
 
@@ -180,8 +178,7 @@ def _kd_workspace(tmp_path_factory, assets, trained) -> Path:
     ws = tmp_path_factory.mktemp("kd-student") / "ws"
     Kamal(None)("init", ws)
     k = add_teachers_and_data(Kamal(ws), {"news": trained["news"], "money": trained["money"]}, assets)
-    k("amalgamate", "--method", "vanilla-kd", "--name", "kd", "--student", assets["encoder"], "--epochs", 2,
-      "--lr", "2e-3", "--batch-size", 16, "--max-length", 32)
+    k("amalgamate", "--method", "vanilla-kd", "--name", "kd", "--student", assets["encoder"], *TRAIN)
     k("eval", "kd", "--data", "test")
     return ws
 

@@ -18,9 +18,8 @@ import torch
 from safetensors.torch import load_file
 
 import tiny
-from conftest import Kamal, add_teachers_and_data
+from conftest import TRAIN, Kamal, add_teachers_and_data
 
-TRAIN = ["--epochs", "2", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
 
 
 def kamal_process(workspace: Path, *args, **popen) -> subprocess.Popen:

@@ -14,7 +14,7 @@ from kamalcli.probs import auroc
 from kamalcli.trust import conformal
 from kamalcli.trust.scope import fit_scope, load_scope, scope_scores
 
-TRAIN = ["--epochs", "2", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
+from conftest import TRAIN
 
 
 # -- golden values ----------------------------------------------------------------------------------------
@@ -185,7 +185,7 @@ def test_calibrate_and_scope_refuse_bad_input_in_one_line(kd_student, assets, tm
     assert "does not know (arts, health)" in err and err.count("\n") == 1
     for coverage in ("0", "1", "1.5"):
         assert "strictly between 0 and 1" in kd_student("calibrate", "kd", "--data", "test", "--coverage", coverage,
-                                                     code=2).stderr
+                                                        code=2).stderr
     assert "between 0 and 1" in kd_student("scope", "kd", "--keep", "1.2", code=2).stderr
     kd_student("add-data", assets["test"], "--name", "held", "--role", "test")
     before = kd_student.db_snapshot()
@@ -216,9 +216,9 @@ def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(kd_student, ass
     assert max(priorities) == priorities[0]
     assert "exists" in kd_student("label-queue", "--data", "pool", "--n", "3", "--out", out, code=2).stderr
     assert "has 240 rows" in kd_student("label-queue", "--data", "pool", "--n", "999", "--out", tmp_path / "q.jsonl",
-                                     code=2).stderr
+                                        code=2).stderr
     assert ".csv or .jsonl" in kd_student("label-queue", "--data", "pool", "--n", "3", "--out", tmp_path / "q.txt",
-                                       code=2).stderr
+                                          code=2).stderr
     truth = {json.loads(line)["text"]: json.loads(line)["label"] for line in open(assets["train"])}
     for r in rows:  # the user fills in the labels (here: the pool's own topics, by keyword from the generator)
         r["label"] = truth.get(r["text"], r["suggested"])
@@ -229,7 +229,7 @@ def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(kd_student, ass
         writer.writerows(rows)
     kd_student("add-data", filled, "--name", "gold", "--label-column", "label")
     result = kd_student("amalgamate", "--method", "vanilla-kd", "--name", "kd-gold", "--data", "pool", "--gold", "gold",
-                     "--student", assets["encoder"], *TRAIN)
+                        "--student", assets["encoder"], *TRAIN)
     assert "Gold labels of gold: 12 transfer rows learn their label" in result.stderr
     record = next(s for s in kd_student.json("students") if s["name"] == "kd-gold")
     assert record["train"]["gold"] == "gold" and record["train"]["objective"]["gold"]["rows"] == 12
