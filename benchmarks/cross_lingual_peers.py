@@ -1,0 +1,132 @@
+"""The default-student table's trained rows for the cross-lingual pair, on a build of cross_lingual_builds.py (issue 31).
+
+default-student's cross-lingual rows were trained before today's default; rerunning that setting whole (its own
+teachers, every peer, both protocols, several seeds) is about six hours on 2 CPU cores. This trains its rows on a
+build that cross_lingual_builds.py made and left as it is (teachers added as folders, generated text, a bare probe,
+the labelled sets already there as test sets, which no student decides by): vanilla-kd, uhc, muki-hard as published,
+kamal's default and the default from the merged encoder, each by the command default-student runs, on the protocol's
+transfer set (MUKI's: the teachers' own rows; realistic: the pool no teacher saw), then `kamal eval` on the test rows,
+overall and per language. A row's student already trained in the build at this code can stand in for it
+(`--reuse default=NAME`): the table names every student.
+
+    python benchmarks/cross_lingual_peers.py --teacher-seed 3 --protocol realistic --seed 2 --reuse default=default-s2
+
+KAMAL_BENCH_WORK as for cross_lingual_builds.py. Each student's figures are written as soon as it is evaluated, to
+the build's peers-PROTOCOL-sSEED.json (two protocols can run at once, in two processes); every run renders all of
+them into benchmarks/results/cross-lingual-peers-quick.{json,md} (docs/benchmarks.md: `python benchmarks/run.py docs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+STEM = "cross-lingual-peers-quick"  # a docs/benchmarks.md block: <!-- bench:cross-lingual-peers -->
+TESTS = ("test", "test-en", "test-zh")
+KEYS = ("vanilla-kd", "uhc", "paper", "default", "init-merge")  # default_student.ROWS, in its order
+
+
+BUILDS = Path(os.environ.get("KAMAL_BENCH_WORK", HERE / "work")) / "cross-lingual-builds"
+
+
+def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reuse: dict[str, str]) -> Path:
+    """Each row's student (trained unless done or reused) and its accuracy per test set, saved after each."""
+    folder = BUILDS / f"teacher-seed-{teacher_seed}"
+    if not (folder / "build.json").is_file():
+        sys.exit(f"no build with teacher seed {teacher_seed} in {folder}: run cross_lingual_builds.py first")
+    os.environ["KAMAL_BENCH_WORK"] = str(folder)  # default_student's workspaces are the build's
+    sys.path.insert(0, str(HERE))
+    import cross_lingual
+    import default_student as ds
+
+    cross_lingual.TEACHER_SEED = teacher_seed
+    bench, setting = ds.realistic_setting("cross-lingual", seed)
+    ws = ds.student_workspace(bench, setting)
+    out = folder / f"peers-{protocol}-s{seed}.json"
+    figures = json.loads(out.read_text()) if out.is_file() else {"teacher_seed": teacher_seed, "protocol": protocol,
+                                                                    "seed": seed, "rows": {}}
+    rows = dict(zip(KEYS, ds.ROWS))
+    for key in keys:
+        label, method, options, extra = rows[key]
+        if key in reuse:
+            student = reuse[key]
+        else:
+            student = bench.train_student(ws, f"peers-{protocol}-{key}", method, list(setting.teachers), seed, options,
+                                          base=setting.base, data=ds.PROTOCOLS[protocol][0],
+                                          extra=(*extra, *setting.student), default_budget=True)
+        train = next((s["train"] for s in ws.json("students") if s["name"] == student), None)
+        if train is None:
+            sys.exit(f"--reuse {key}={student}: no such student in {ws.root}")
+        figures["rows"][key] = {
+            "label": label, "student": student, "reused": key in reuse,
+            "accuracy": {t: ws.json("eval", student, "--data", t)["accuracy"] for t in TESTS},
+            "best_step": train["best_step"], "steps": train["steps"]}
+        out.with_suffix(".tmp").write_text(json.dumps(figures, indent=2) + "\n")
+        out.with_suffix(".tmp").replace(out)
+        print(f"{student}: " + " / ".join(f"{100 * a:.1f}" for a in figures["rows"][key]["accuracy"].values()),
+              flush=True)
+    return out
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def render(runs: list[dict], builds: dict[int, dict]) -> str:
+    sys.path.insert(0, str(HERE))
+    from common import markdown
+
+    def cell(run: dict, key: str) -> str:
+        row = run["rows"].get(key)
+        if row is None:
+            return "not run"
+        figures = " / ".join(pct(row["accuracy"][t]) for t in TESTS)
+        return f"{figures} (`{row['student']}`, step {row['best_step']} of {row['steps']})"
+
+    labels = {}
+    for run in runs:
+        labels |= {k: r["label"] for k, r in run["rows"].items()}
+    headers = ["row"] + [f"teacher seed {r['teacher_seed']}, {r['protocol']}, student seed {r['seed']}" for r in runs]
+    table = [["ensemble", *(" / ".join(pct(builds[r["teacher_seed"]]["ensemble"][t]) for t in TESTS) for r in runs)]]
+    table += [[labels[k], *(cell(r, k) for r in runs)] for k in KEYS if k in labels]
+    return ("Accuracy % on the 1,200 test rows, all / English / Chinese (each student's name in its build, and the step "
+            "early stopping kept):\n\n" + markdown(headers, table))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--teacher-seed", type=int, default=3, help="the build (cross_lingual_builds.py's teacher seed)")
+    parser.add_argument("--protocol", choices=("muki", "realistic"), default="realistic")
+    parser.add_argument("--seed", type=int, default=1, help="the students' seed")
+    parser.add_argument("--rows", default=",".join(KEYS), help=f"comma-separated, of {', '.join(KEYS)}")
+    parser.add_argument("--reuse", action="append", default=[], metavar="ROW=STUDENT",
+                        help="a row's student already trained in the build at this code")
+    parser.add_argument("--render", action="store_true", help="only render what the builds hold")
+    args = parser.parse_args()
+    keys = [k for k in args.rows.split(",") if k]
+    unknown = [k for k in keys if k not in KEYS]
+    reuse = dict(r.split("=", 1) for r in args.reuse)
+    if unknown or set(reuse) - set(KEYS):
+        sys.exit(f"unknown rows: {', '.join(unknown or set(reuse) - set(KEYS))} (rows: {', '.join(KEYS)})")
+    if not args.render:
+        train_rows(args.teacher_seed, args.protocol, args.seed, keys, reuse)
+    runs = [json.loads(p.read_text()) for p in sorted(BUILDS.glob("teacher-seed-*/peers-*.json"))]
+    builds = {r["teacher_seed"]: json.loads((BUILDS / f"teacher-seed-{r['teacher_seed']}" / "build.json")
+                                            .read_text()) for r in runs}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table = render(runs, builds)
+    (RESULTS / f"{STEM}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "runs": runs}, indent=2,
+                                                     sort_keys=True) + "\n")
+    (RESULTS / f"{STEM}.md").write_text(f"<!-- cross-lingual-peers, quick mode, {time.strftime('%Y-%m-%d')} -->\n"
+                                        f"{table}\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
