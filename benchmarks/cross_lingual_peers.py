@@ -25,13 +25,13 @@ import sys
 import time
 from pathlib import Path
 
+from cross_lingual_builds import pct
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 STEM = "cross-lingual-peers-quick"  # a docs/benchmarks.md block: <!-- bench:cross-lingual-peers -->
 TESTS = ("test", "test-en", "test-zh")
 KEYS = ("vanilla-kd", "uhc", "paper", "default", "init-merge")  # default_student.ROWS, in its order
-
-
 BUILDS = Path(os.environ.get("KAMAL_BENCH_WORK", HERE / "work")) / "cross-lingual-builds"
 
 
@@ -51,11 +51,13 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
     out = folder / f"peers-{protocol}-s{seed}.json"
     figures = json.loads(out.read_text()) if out.is_file() else {"teacher_seed": teacher_seed, "protocol": protocol,
                                                                     "seed": seed, "rows": {}}
-    rows = dict(zip(KEYS, ds.ROWS))
+    rows = dict(zip(KEYS, ds.ROWS, strict=True))
+    assert rows["default"][0] == ds.DEFAULT, "KEYS no longer follow default_student.ROWS"
     for key in keys:
         label, method, options, extra = rows[key]
         if key in reuse:
             student = reuse[key]
+            stand_in(ws, student, method, options, extra, ds.PROTOCOLS[protocol][0], seed)
         else:
             student = bench.train_student(ws, f"peers-{protocol}-{key}", method, list(setting.teachers), seed, options,
                                           base=setting.base, data=ds.PROTOCOLS[protocol][0],
@@ -74,8 +76,23 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
     return out
 
 
-def pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+def stand_in(ws, student: str, method: str, options: tuple, extra: tuple, data: str, seed: int) -> None:
+    """Refuse a reused student whose run is not the row's command: another method, options, --init, transfer set or
+    seed (what the default's own decisions were is the code's, which this cannot check)."""
+    run = next((r for r in ws.json("runs") if r["kind"] == "amalgamate" and r["name"] == student
+                and r["status"] == "done"), None)
+    if run is None:
+        sys.exit(f"--reuse {student}: no finished amalgamate run of that name in {ws.root}")
+    from kamalcli.students.plan import canonical_init
+
+    params = run["params"]
+    init = extra[extra.index("--init") + 1] if "--init" in extra else None
+    wanted = {"method": method, "options": list(options), "init": canonical_init(init),
+              "data": data, "seed": seed}
+    found = {"method": params["method"], "options": params["options"], "init": params.get("init"), "data": params["data"],
+             "seed": params["train"]["seed"]}
+    if found != wanted:
+        sys.exit(f"--reuse {student}: trained with {found}, the row is {wanted}")
 
 
 def supervised(protocol: str, seed: int) -> str:
