@@ -7,7 +7,8 @@ the labelled sets already there as test sets, which no student decides by): vani
 kamal's default and the default from the merged encoder, each by the command default-student runs, on the protocol's
 transfer set (MUKI's: the teachers' own rows; realistic: the pool no teacher saw), then `kamal eval` on the test rows,
 overall and per language. A row's student already trained in the build at this code can stand in for it
-(`--reuse default=NAME`): the table names every student.
+(`--reuse default=NAME`; refused unless its run was the row's command on this protocol's transfer set and seed): the
+table names every student.
 
     python benchmarks/cross_lingual_peers.py --teacher-seed 3 --protocol realistic --seed 2 --reuse default=default-s2
 
