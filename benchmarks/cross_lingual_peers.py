@@ -42,7 +42,6 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
     if not (folder / "build.json").is_file():
         sys.exit(f"no build with teacher seed {teacher_seed} in {folder}: run cross_lingual_builds.py first")
     os.environ["KAMAL_BENCH_WORK"] = str(folder)  # default_student's workspaces are the build's
-    sys.path.insert(0, str(HERE))
     import cross_lingual
     import default_student as ds
 
@@ -110,7 +109,6 @@ def supervised(protocol: str, seed: int) -> str:
 
 
 def render(runs: list[dict], builds: dict[int, dict]) -> str:
-    sys.path.insert(0, str(HERE))
     from common import markdown
 
     def cell(run: dict, key: str) -> str:
@@ -146,9 +144,13 @@ def main() -> None:
     args = parser.parse_args()
     keys = [k for k in args.rows.split(",") if k]
     unknown = [k for k in keys if k not in KEYS]
+    if unknown:
+        sys.exit(f"unknown rows: {', '.join(unknown)} (rows: {', '.join(KEYS)})")
+    if any("=" not in r for r in args.reuse):
+        sys.exit("--reuse takes ROW=STUDENT, e.g. --reuse default=default-s2")
     reuse = dict(r.split("=", 1) for r in args.reuse)
-    if unknown or set(reuse) - set(KEYS):
-        sys.exit(f"unknown rows: {', '.join(unknown or set(reuse) - set(KEYS))} (rows: {', '.join(KEYS)})")
+    if set(reuse) - set(keys):
+        sys.exit(f"--reuse names rows --rows leaves out: {', '.join(sorted(set(reuse) - set(keys)))}")
     if not args.render:
         train_rows(args.teacher_seed, args.protocol, args.seed, keys, reuse)
     runs = [json.loads(p.read_text()) for p in sorted(BUILDS.glob("teacher-seed-*/peers-*.json"))]
