@@ -95,11 +95,15 @@ def stand_in(ws, student: str, method: str, options: tuple, extra: tuple, data: 
         sys.exit(f"--reuse {student}: trained with {found}, the row is {wanted}")
 
 
-def supervised(protocol: str, seed: int) -> str:
-    """default-student's reference for the pair under this protocol and seed, if stored: the base fine-tuned on the
-    transfer set's gold labels, which no build's teachers change."""
+def stored_reference() -> dict:
+    """default-student's stored figures for the pair, whose supervised reference (the base fine-tuned on the transfer
+    set's gold labels) no build's teachers change."""
     stored = RESULTS / "default-student-quick.json"
-    figures = json.loads(stored.read_text()).get("cross-lingual en-topics + zh-sentiment", {}) if stored.is_file() else {}
+    return json.loads(stored.read_text()).get("cross-lingual en-topics + zh-sentiment", {}) if stored.is_file() else {}
+
+
+def supervised(figures: dict, protocol: str, seed: int) -> str:
+    """The stored reference under this protocol and seed, if there is one."""
     seeds = figures.get("seeds_by_protocol", {}).get(protocol, [])
     if seed not in seeds:
         return "not stored"
@@ -110,6 +114,8 @@ def supervised(protocol: str, seed: int) -> str:
 
 def render(runs: list[dict], builds: dict[int, dict]) -> str:
     from common import markdown
+
+    reference = stored_reference()
 
     def cell(run: dict, key: str) -> str:
         row = run["rows"].get(key)
@@ -125,7 +131,7 @@ def render(runs: list[dict], builds: dict[int, dict]) -> str:
     headers = ["row"] + [f"teacher seed {r['teacher_seed']}, {protocols[r['protocol']]}, student seed {r['seed']}"
                          for r in runs]
     table = [["supervised on the transfer set's gold labels, same budget (default-student's, stored: no teacher in it)",
-              *(supervised(r["protocol"], r["seed"]) for r in runs)],
+              *(supervised(reference, r["protocol"], r["seed"]) for r in runs)],
              ["ensemble", *(" / ".join(pct(builds[r["teacher_seed"]]["ensemble"][t]) for t in TESTS) for r in runs)]]
     table += [[labels[k], *(cell(r, k) for r in runs)] for k in KEYS if k in labels]
     return ("Accuracy % on the 1,200 test rows, all / English / Chinese (each student's name in its build, and the step "

@@ -47,7 +47,8 @@ ROWS = [
     ("kamal's default (muki-hard, no options)", "muki-hard", (), ()),
     ("kamal's default, --init merge", "muki-hard", (), ("--init", "merge")),
 ]
-DEFAULT = ROWS[3][0]
+DEFAULT_ROW = ROWS[3]
+DEFAULT = DEFAULT_ROW[0]
 # In the names of kamal's default rows: the default target they were trained with (smooth=auto, new in this release: earlier
 # students, without smoothing, keep their names without it and are not reused)
 DEFAULT_TARGET = "sm10"  # smooth=auto, 10 neighbours (a short tag: names are at most 64 characters)
@@ -221,7 +222,7 @@ def train_default(bench: Bench, setting: Setting, ws: Workspace, data: str = PRO
     """kamal's default student (the DEFAULT row) as run_setting trains it, on `data`, under `name` (the scenario's
     own name for it by default; with a tag, realistic-default-TAG, so one workspace can hold the default of two
     versions of kamal), seed the bench's first; returns its full name."""
-    _, method, options, extra = next(row for row in ROWS if row[0] == DEFAULT)
+    _, method, options, extra = DEFAULT_ROW
     name = f"realistic-default-{tag}" if tag else (name or _name("realistic", DEFAULT))  # names: 64 characters
     return bench.train_student(ws, name, method, list(setting.teachers), bench.seeds[0],
                                options, base=setting.base, data=data, extra=(*extra, *setting.student),

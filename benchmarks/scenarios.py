@@ -234,7 +234,7 @@ def more_teachers(bench: Bench) -> None:
 
 def heterogeneous(bench: Bench) -> None:
     """MUKI Table 4: teachers of different depth (minilm-l6 and minilm-l3)."""
-    from default_student import DEFAULT
+    from default_student import DEFAULT_ROW
     ws = bench.workspace("heterogeneous")
     bench.teacher(ws, "a-l6", HALF_A, base="minilm-l6")
     bench.teacher(ws, "b-l3", HALF_B, base="minilm-l3")
@@ -243,7 +243,7 @@ def heterogeneous(bench: Bench) -> None:
     fixed, fixed_payload = _fixed_rows(bench, ws, teachers)
     sections, payload = [], {"fixed": fixed_payload}
     for base in ("minilm-l6", "minilm-l3"):
-        methods = MUKI_METHODS + (KAMAL_PICKS + [(DEFAULT, "muki-hard", ())] if base == "minilm-l6" else [])
+        methods = MUKI_METHODS + (KAMAL_PICKS + [DEFAULT_ROW[:3]] if base == "minilm-l6" else [])
         students, student_payload = _student_rows(bench, ws, teachers, methods, base=base, tag=f"{base} ")
         sections.append(f"**student {base}**\n\n" + markdown(["method", "accuracy %", "macro-F1 %"], [*fixed, *students]))
         payload[base] = student_payload

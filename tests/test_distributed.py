@@ -21,7 +21,6 @@ import tiny
 from conftest import TRAIN, Kamal, add_teachers_and_data
 
 
-
 def kamal_process(workspace: Path, *args, **popen) -> subprocess.Popen:
     """`python -m kamalcli` in a process of its own (torchrun's launcher needs a real one)."""
     argv = [sys.executable, "-m", "kamalcli", "--workspace", str(workspace), *map(str, args)]
