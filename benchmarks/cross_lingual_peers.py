@@ -160,8 +160,8 @@ def main() -> None:
     if not args.render:
         train_rows(args.teacher_seed, args.protocol, args.seed, keys, reuse)
     runs = [json.loads(p.read_text()) for p in sorted(BUILDS.glob("teacher-seed-*/peers-*.json"))]
-    builds = {r["teacher_seed"]: json.loads((BUILDS / f"teacher-seed-{r['teacher_seed']}" / "build.json")
-                                            .read_text()) for r in runs}
+    builds = {seed: json.loads((BUILDS / f"teacher-seed-{seed}" / "build.json").read_text())
+              for seed in {r["teacher_seed"] for r in runs}}
     RESULTS.mkdir(parents=True, exist_ok=True)
     table = render(runs, builds)
     (RESULTS / f"{STEM}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "runs": runs}, indent=2,
