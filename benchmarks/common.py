@@ -264,6 +264,11 @@ def summarize(values: list[float]) -> dict:
             "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
+def percent(x: float | None) -> str:
+    """A fraction as a percentage with one decimal; '-' for a figure not taken."""
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
 def pct(summary: dict) -> str:
     if summary["std"]:
         return f"{100 * summary['mean']:.1f} ± {100 * summary['std']:.1f}"

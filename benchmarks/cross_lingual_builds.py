@@ -80,17 +80,13 @@ def pool_check(root: Path, names: list[str]) -> dict:
     return {} if check is None else {t["teacher"]: t for t in check.as_json()["teachers"]}
 
 
-def pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
-
-
 def render(builds: list[dict]) -> str:
-    from common import markdown
+    from common import markdown, percent
 
     def check(b: dict) -> str:
         def placed(t: str) -> str:
             share = b["check"][t].get("placed")
-            return "" if share is None else f", {pct(share)}% placed"
+            return "" if share is None else f", {percent(share)}% placed"
 
         return " / ".join(f"{b['check'][t]['kappa']:.2f}{placed(t)}" + ("" if b["check"][t]["clear"] else " (fails)")
                           for t in ("en-topics", "zh-sentiment") if t in b["check"]) or "not made"
@@ -100,12 +96,12 @@ def render(builds: list[dict]) -> str:
          "prior's check on the pool: kappa, rows placed among the teacher's labels (en-topics / zh-sentiment)",
          "commit, prior", "RMD refitted on the pool",
          "default % (all / English / Chinese)"],
-        [[b["teacher_seed"], pct(b["ensemble"]["test"]), b["score"], pct(b["pool"].get(b["score"])),
-          pct(b["generated_balanced"].get(b["score"])), check(b), f"{b['commit']}, {b['prior']}",
+        [[b["teacher_seed"], percent(b["ensemble"]["test"]), b["score"], percent(b["pool"].get(b["score"])),
+          percent(b["generated_balanced"].get(b["score"])), check(b), f"{b['commit']}, {b['prior']}",
           (", ".join(b["refit"]) or "none") if "refit" in b else "- (before refit=auto)",
-          " / ".join(pct(b["default"].get(t)) for t in ("test", "test-en", "test-zh"))] for b in builds])
+          " / ".join(percent(b["default"].get(t)) for t in ("test", "test-en", "test-zh"))] for b in builds])
     scores = markdown(["teacher seed", *SCORES],
-                      [[b["teacher_seed"], *(f"{pct(b['pool'].get(s))} / {pct(b['generated_balanced'].get(s))}"
+                      [[b["teacher_seed"], *(f"{percent(b['pool'].get(s))} / {percent(b['generated_balanced'].get(s))}"
                                              for s in SCORES)] for b in builds])
     return (f"{decisions}\n\nHow often each score picks the right teacher, on the pool (gold read only to measure) / "
             f"on the generated rows balanced over teachers, %:\n\n{scores}")

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from cross_lingual_builds import pct
+from common import markdown, percent
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -108,34 +108,40 @@ def supervised(figures: dict, protocol: str, seed: int) -> str:
     if seed not in seeds:
         return "not stored"
     i, reference = seeds.index(seed), figures["supervised"][protocol]
-    return " / ".join(pct(x) for x in [reference["accuracy"]["values"][i],
+    return " / ".join(percent(x) for x in [reference["accuracy"]["values"][i],
                                        *(reference["per_test"][t]["values"][i] for t in TESTS[1:])])
 
 
 def render(runs: list[dict], builds: dict[int, dict]) -> str:
-    from common import markdown
-
+    """One table per protocol: a row per method, a column per build (and student seed)."""
     reference = stored_reference()
 
     def cell(run: dict, key: str) -> str:
         row = run["rows"].get(key)
         if row is None:
             return "not run"
-        figures = " / ".join(pct(row["accuracy"][t]) for t in TESTS)
+        figures = " / ".join(percent(row["accuracy"][t]) for t in TESTS)
         return f"{figures} (`{row['student']}`, step {row['best_step']} of {row['steps']})"
 
     labels = {}
     for run in runs:
         labels |= {k: r["label"] for k, r in run["rows"].items()}
-    protocols = {"muki": "MUKI's protocol (the teachers' own rows)", "realistic": "realistic (the pool no teacher saw)"}
-    headers = ["row"] + [f"teacher seed {r['teacher_seed']}, {protocols[r['protocol']]}, student seed {r['seed']}"
-                         for r in runs]
-    table = [["supervised on the transfer set's gold labels, same budget (default-student's, stored: no teacher in it)",
-              *(supervised(reference, r["protocol"], r["seed"]) for r in runs)],
-             ["ensemble", *(" / ".join(pct(builds[r["teacher_seed"]]["ensemble"][t]) for t in TESTS) for r in runs)]]
-    table += [[labels[k], *(cell(r, k) for r in runs)] for k in KEYS if k in labels]
-    return ("Accuracy % on the 1,200 test rows, all / English / Chinese (each student's name in its build, and the step "
-            "early stopping kept):\n\n" + markdown(headers, table))
+    protocols = {"muki": "MUKI's protocol: the transfer rows are the teachers' own",
+                 "realistic": "Realistic protocol: the transfer rows are a pool no teacher saw"}
+    parts = ["Accuracy % on the 1,200 test rows, all / English / Chinese (each student's name in its build, and the "
+             "step early stopping kept)."]
+    for protocol, title in protocols.items():
+        chosen = [r for r in runs if r["protocol"] == protocol]
+        if not chosen:
+            continue
+        headers = ["row", *(f"teacher seed {r['teacher_seed']}, student seed {r['seed']}" for r in chosen)]
+        table = [["supervised on the transfer set's gold labels, same budget (default-student's, stored: no teacher "
+                  "in it)", *(supervised(reference, protocol, r["seed"]) for r in chosen)],
+                 ["ensemble", *(" / ".join(percent(builds[r["teacher_seed"]]["ensemble"][t]) for t in TESTS)
+                                for r in chosen)]]
+        table += [[labels[k], *(cell(r, k) for r in chosen)] for k in KEYS if k in labels]
+        parts.append(f"{title}:\n\n{markdown(headers, table)}")
+    return "\n\n".join(parts)
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import DEFAULT_DATA, WORK, Workspace, load_split, sample, write_rows  # noqa: E402
+from common import DEFAULT_DATA, WORK, Workspace, load_split, percent, sample, write_rows  # noqa: E402
 from readme_walk import fresh, with_teachers_and_data  # noqa: E402
 
 # teacher -> {its label: the topics10 classes it covers}
@@ -224,10 +224,6 @@ def extend(seed: int, steps: int | None) -> dict:
     return out
 
 
-def pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, action="append", help="repeatable (default: 1)")
@@ -251,8 +247,8 @@ def main() -> None:
             found = proposals(ws, truth(SETTINGS[setting]))
             results[(setting, seed)] = {"proposals": found}
             s, n = found["same"], found["nested"]
-            print(f"| {setting} | {seed} | {s['proposed']} / {s['right']} / {s['true']} | {pct(s['precision'])} / "
-                  f"{pct(s['recall'])} | {n['proposed']} / {n['right']} / {n['true']} |", flush=True)
+            print(f"| {setting} | {seed} | {s['proposed']} / {s['right']} / {s['true']} | {percent(s['precision'])} / "
+                  f"{percent(s['recall'])} | {n['proposed']} / {n['right']} / {n['true']} |", flush=True)
         control = WORK / f"walk-{seed}-synth0"
         if not args.prepare_only and (control / ".kamal").is_dir():
             found = proposals(Workspace(control), None)
@@ -270,13 +266,13 @@ def main() -> None:
             for setting in args.setting or sorted(SETTINGS):
                 for plan, r in students(prepare(setting, seed), setting, seed, args.steps).items():
                     print(f"| {setting} | {seed} | {plan} ({r['student']}) | {r['merges'] or '-'} | {r['classes']} | "
-                          f"{pct(r['accuracy'])} | {pct(r['by_name'])} |", flush=True)
+                          f"{percent(r['accuracy'])} | {percent(r['by_name'])} |", flush=True)
     if args.extend:
         print("\n| seed | student | classes | accuracy % (aliases mapped) | accuracy % (by name) |")
         print("|---|---|---|---|---|")
         for seed in args.seed or [1]:
             for name, r in extend(seed, args.steps).items():
-                print(f"| {seed} | {name} | {r.get('classes', 10)} | {pct(r['accuracy'])} | {pct(r['by_name'])} |",
+                print(f"| {seed} | {name} | {r.get('classes', 10)} | {percent(r['accuracy'])} | {percent(r['by_name'])} |",
                       flush=True)
 
 

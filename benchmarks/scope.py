@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import DEFAULT_DATA, WORK, load_split, sample  # noqa: E402
-from readme_walk import fresh, teachers, write  # noqa: E402
+from common import DEFAULT_DATA, WORK, load_split, markdown, percent, sample, write_rows  # noqa: E402
+from readme_walk import fresh, teachers  # noqa: E402
 
 KNOWN_A = ["admin", "games", "graphics"]
 KNOWN_B = ["net", "science", "sound"]
@@ -55,14 +55,14 @@ def workspace(seed: int):
     known = {d["name"] for d in ws.json("data")}
     if "pool" not in known:
         pool = [r for r in load_split(DEFAULT_DATA, "dev") if r["label"] in KNOWN]
-        ws("add-data", write(ws.root / "data" / "pool.jsonl", pool, False), "--name", "pool", quiet=True)
+        ws("add-data", write_rows(ws.root / "data" / "pool.jsonl", pool, False), "--name", "pool", quiet=True)
     if "test" not in known:  # all ten classes: the four unknown ones are out of scope
         test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
-        ws("add-data", write(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "test",
+        ws("add-data", write_rows(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "test",
            quiet=True)
     if "test-known" not in known:
         test = [r for r in sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}") if r["label"] in KNOWN]
-        ws("add-data", write(ws.root / "data" / "test-known.jsonl", test, True), "--name", "test-known",
+        ws("add-data", write_rows(ws.root / "data" / "test-known.jsonl", test, True), "--name", "test-known",
            "--role", "test", quiet=True)
     return ws
 
@@ -98,12 +98,12 @@ def scope_part(ws, seed: int) -> list[list]:
     test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
     inside = np.array([r["label"] in KNOWN for r in test])
     texts = [r["text"] for r in test]
-    rows = [["student rmd (default, kamal eval)", f"{cli['auroc']:.3f}", pct(1 - cli["flagged_known"]),
-             pct(1 - cli["flagged_unknown"])]]
+    rows = [["student rmd (default, kamal eval)", f"{cli['auroc']:.3f}", percent(1 - cli["flagged_known"]),
+             percent(1 - cli["flagged_unknown"])]]
 
     def row(name, pool_scores, test_scores, threshold):
         rows.append([name, f"{auroc(test_scores[inside], test_scores[~inside]):.3f}",
-                     pct((test_scores[inside] >= threshold).mean()), pct((test_scores[~inside] >= threshold).mean())])
+                     percent((test_scores[inside] >= threshold).mean()), percent((test_scores[~inside] >= threshold).mean())])
 
     folder = Path(student_record(ws, "default")["path"])
     lp, fp = outputs(folder, pool)
@@ -129,10 +129,6 @@ def scope_part(ws, seed: int) -> list[list]:
     return rows
 
 
-def pct(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
 def mixed_pool_part(ws, seed: int) -> list[list]:
     """The scope fitted on a pool where a share of the rows are of the unknown classes (a user's pool is rarely
     clean): `kamal scope default --data pool-mixed`, then `kamal eval` on the test rows; the default scope (on
@@ -140,13 +136,13 @@ def mixed_pool_part(ws, seed: int) -> list[list]:
     dev = load_split(DEFAULT_DATA, "dev")
     known = {d["name"] for d in ws.json("data")}
     if "pool-mixed" not in known:  # the clean pool plus every dev row of the four unknown classes
-        ws("add-data", write(ws.root / "data" / "pool-mixed.jsonl", dev, False), "--name", "pool-mixed", quiet=True)
+        ws("add-data", write_rows(ws.root / "data" / "pool-mixed.jsonl", dev, False), "--name", "pool-mixed", quiet=True)
     share = sum(r["label"] in UNKNOWN for r in dev) / len(dev)
     rows = []
-    for data, what in (("pool", "the clean pool (the default)"), ("pool-mixed", f"a pool with {pct(share)}% unknown-class rows")):
+    for data, what in (("pool", "the clean pool (the default)"), ("pool-mixed", f"a pool with {percent(share)}% unknown-class rows")):
         ws("scope", "default", "--data", data, quiet=True)
         got = ws.json("eval", "default", "--data", "test")["scope"]
-        rows.append([what, f"{got['auroc']:.3f}", pct(1 - got["flagged_known"]), pct(1 - got["flagged_unknown"])])
+        rows.append([what, f"{got['auroc']:.3f}", percent(1 - got["flagged_known"]), percent(1 - got["flagged_unknown"])])
     ws("scope", "default", "--data", "pool", quiet=True)
     rows += trimmed_fits(ws, seed, dev)
     return rows
@@ -168,9 +164,9 @@ def trimmed_fits(ws, seed: int, dev: list[dict]) -> list[list]:
         kept = first >= np.quantile(first, trim)
         again, scores = oof_rmd(logits[kept], features[kept], test_features)
         threshold = np.quantile(again, 0.05, method="lower")
-        rows.append([f"the mixed pool, its lowest {pct(trim)}% dropped, fitted again (not in kamal)",
-                     f"{auroc(scores[inside], scores[~inside]):.3f}", pct((scores[inside] >= threshold).mean()),
-                     pct((scores[~inside] >= threshold).mean())])
+        rows.append([f"the mixed pool, its lowest {percent(trim)}% dropped, fitted again (not in kamal)",
+                     f"{auroc(scores[inside], scores[~inside]):.3f}", percent((scores[inside] >= threshold).mean()),
+                     percent((scores[~inside] >= threshold).mean())])
     return rows
 
 
@@ -216,7 +212,7 @@ def conformal_part(ws, seed: int) -> tuple[list[list], str]:
                          f"{np.mean(sizes):.2f}"])
     pick = np.random.default_rng(1000 * seed).choice(len(source), 100, replace=False)
     if not any(d["name"] == "cal-100" for d in ws.json("data")):
-        ws("add-data", write(ws.root / "data" / "cal-100.jsonl", [source[i] for i in pick], True), "--name", "cal-100",
+        ws("add-data", write_rows(ws.root / "data" / "cal-100.jsonl", [source[i] for i in pick], True), "--name", "cal-100",
            "--role", "eval", quiet=True)
     ws("calibrate", "default", "--data", "cal-100", "--coverage", "0.9", quiet=True)
     cli = ws.json("eval", "default", "--data", "test-known")["conformal"]
@@ -237,7 +233,7 @@ def queue_part(ws, seed: int) -> list[list]:
     truth = {r["text"]: r["label"] for r in load_split(DEFAULT_DATA, "dev")}
     pool = [r for r in load_split(DEFAULT_DATA, "dev") if r["label"] in KNOWN]
     base = ws.json("eval", "default", "--data", "test-known")
-    rows = [[0, "-", pct(base["accuracy"]), pct(base["macro_f1"])]]
+    rows = [[0, "-", percent(base["accuracy"]), percent(base["macro_f1"])]]
     for n in QUEUED:
         for how in ("queue", "random"):
             name = f"gold-{how}-{n}"
@@ -253,19 +249,17 @@ def queue_part(ws, seed: int) -> list[list]:
                     pick = np.random.default_rng(seed).choice(len(pool), n, replace=False)
                     chosen = [pool[i] for i in pick]
                 if not any(d["name"] == name for d in ws.json("data")):
-                    ws("add-data", write(ws.root / "data" / f"{name}.jsonl", chosen, True), "--name", name,
+                    ws("add-data", write_rows(ws.root / "data" / f"{name}.jsonl", chosen, True), "--name", name,
                        "--label-column", "label", quiet=True)
                 ws("amalgamate", "--method", "muki-hard", "--data", "pool", "--gold", name, "--name", name, "--seed",
                    seed, quiet=True)
             m = ws.json("eval", name, "--data", "test-known")
-            rows.append([n, how, pct(m["accuracy"]), pct(m["macro_f1"])])
-            print(f"  seed {seed} {name}: {pct(m['accuracy'])}", flush=True)
+            rows.append([n, how, percent(m["accuracy"]), percent(m["macro_f1"])])
+            print(f"  seed {seed} {name}: {percent(m['accuracy'])}", flush=True)
     return rows
 
 
 def main() -> None:
-    from common import markdown
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, action="append", help="repeatable (default: 1)")
     parser.add_argument("--parts", default="scope,mixed,conformal,queue")
@@ -275,7 +269,7 @@ def main() -> None:
         ws = workspace(seed)
         seconds = default_student(ws, seed)
         accuracy = ws.json("eval", "default", "--data", "test-known")["accuracy"]
-        print(f"\n## seed {seed}: default student {pct(accuracy)}% on the in-scope test rows ({seconds:.0f} s)\n",
+        print(f"\n## seed {seed}: default student {percent(accuracy)}% on the in-scope test rows ({seconds:.0f} s)\n",
               flush=True)
         if "scope" in parts:
             print("Out of scope: 600 test rows, the four classes no teacher knows out of scope; thresholds keep 95% of "

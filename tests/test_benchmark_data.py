@@ -86,3 +86,22 @@ def test_a_run_keeps_the_stored_protocols_and_seeds_it_did_not_run():
     other_rows = {**seed_2, "students": {"muki": {"default": row([0.74], [600]), "new row": row([0.5], [100])}}}
     assert with_stored_figures(other_rows, merged)["seeds_by_protocol"]["muki"] == [2]  # rows changed: the run alone
     assert with_stored_figures(stored, {}) is stored  # nothing stored: the run as it is
+
+
+def test_every_benchmark_script_loads():
+    """Each script's imports resolve (benchmarks/scope.py imported a helper a refactor had moved, unnoticed for days):
+    its top level runs, without its main, in one process, with benchmarks/ on the path as when it is run."""
+    import subprocess
+
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert len(scripts) > 20
+    code = ("import runpy, sys\n"
+            "sys.path.insert(0, sys.argv[1].rsplit('/', 1)[0])  # as `python benchmarks/X.py` has it\n"
+            "for path in sys.argv[1:]:\n"
+            "    try:\n"
+            "        runpy.run_path(path, run_name='loaded_by_test')\n"
+            "    except Exception as e:\n"
+            "        print(f'{path}: {type(e).__name__}: {e}')\n")
+    done = subprocess.run([sys.executable, "-c", code, *map(str, scripts)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "", done.stdout
