@@ -26,8 +26,6 @@ import sys
 import time
 from pathlib import Path
 
-from common import markdown, percent
-
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 STEM = "cross-lingual-peers-quick"  # a docs/benchmarks.md block: <!-- bench:cross-lingual-peers -->
@@ -104,6 +102,8 @@ def stored_reference() -> dict:
 
 def supervised(figures: dict, protocol: str, seed: int) -> str:
     """The stored reference under this protocol and seed, if there is one."""
+    from common import percent
+
     seeds = figures.get("seeds_by_protocol", {}).get(protocol, [])
     if seed not in seeds:
         return "not stored"
@@ -114,6 +114,10 @@ def supervised(figures: dict, protocol: str, seed: int) -> str:
 
 def render(runs: list[dict], builds: dict[int, dict]) -> str:
     """One table per protocol: a row per method, a column per build (and student seed)."""
+    # common is imported here, never at the top: it reads KAMAL_BENCH_WORK when imported, which train_rows first
+    # points at the build's folder
+    from common import markdown, percent
+
     reference = stored_reference()
 
     def cell(run: dict, key: str) -> str:

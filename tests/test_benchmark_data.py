@@ -105,3 +105,16 @@ def test_every_benchmark_script_loads():
     done = subprocess.run([sys.executable, "-c", code, *map(str, scripts)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == "", done.stdout
+
+
+def test_cross_lingual_peers_reads_the_work_folder_only_after_choosing_the_build():
+    """common fixes its work folder from KAMAL_BENCH_WORK when imported; cross_lingual_peers points that variable at
+    the build's folder before importing it. Imported at the top, it trained in the work root instead (it did once)."""
+    import subprocess
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import cross_lingual_peers\n"
+            "print(sorted({'common', 'default_student', 'cross_lingual'} & set(sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
