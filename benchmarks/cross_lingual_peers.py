@@ -109,7 +109,7 @@ def supervised(figures: dict, protocol: str, seed: int) -> str:
         return "not stored"
     i, reference = seeds.index(seed), figures["supervised"][protocol]
     return " / ".join(percent(x) for x in [reference["accuracy"]["values"][i],
-                                       *(reference["per_test"][t]["values"][i] for t in TESTS[1:])])
+                                           *(reference["per_test"][t]["values"][i] for t in TESTS[1:])])
 
 
 def render(runs: list[dict], builds: dict[int, dict]) -> str:
