@@ -100,16 +100,13 @@ def stored_reference() -> dict:
     return json.loads(stored.read_text()).get("cross-lingual en-topics + zh-sentiment", {}) if stored.is_file() else {}
 
 
-def supervised(figures: dict, protocol: str, seed: int) -> str:
-    """The stored reference under this protocol and seed, if there is one."""
-    from common import percent
-
+def supervised(figures: dict, protocol: str, seed: int) -> list[float] | None:
+    """The stored reference's accuracies per test set under this protocol and seed, if there is one."""
     seeds = figures.get("seeds_by_protocol", {}).get(protocol, [])
     if seed not in seeds:
-        return "not stored"
+        return None
     i, reference = seeds.index(seed), figures["supervised"][protocol]
-    return " / ".join(percent(x) for x in [reference["accuracy"]["values"][i],
-                                           *(reference["per_test"][t]["values"][i] for t in TESTS[1:])])
+    return [reference["accuracy"]["values"][i], *(reference["per_test"][t]["values"][i] for t in TESTS[1:])]
 
 
 def render(runs: list[dict], builds: dict[int, dict]) -> str:
@@ -120,12 +117,19 @@ def render(runs: list[dict], builds: dict[int, dict]) -> str:
 
     reference = stored_reference()
 
+    def accuracies(values) -> str:
+        return " / ".join(percent(x) for x in values)
+
     def cell(run: dict, key: str) -> str:
         row = run["rows"].get(key)
         if row is None:
             return "not run"
-        figures = " / ".join(percent(row["accuracy"][t]) for t in TESTS)
-        return f"{figures} (`{row['student']}`, step {row['best_step']} of {row['steps']})"
+        return (f"{accuracies(row['accuracy'][t] for t in TESTS)} (`{row['student']}`, step {row['best_step']} of "
+                f"{row['steps']})")
+
+    def reference_cell(protocol: str, seed: int) -> str:
+        values = supervised(reference, protocol, seed)
+        return "not stored" if values is None else accuracies(values)
 
     labels = {}
     for run in runs:
@@ -140,9 +144,8 @@ def render(runs: list[dict], builds: dict[int, dict]) -> str:
             continue
         headers = ["row", *(f"teacher seed {r['teacher_seed']}, student seed {r['seed']}" for r in chosen)]
         table = [["supervised on the transfer set's gold labels, same budget (default-student's, stored: no teacher "
-                  "in it)", *(supervised(reference, protocol, r["seed"]) for r in chosen)],
-                 ["ensemble", *(" / ".join(percent(builds[r["teacher_seed"]]["ensemble"][t]) for t in TESTS)
-                                for r in chosen)]]
+                  "in it)", *(reference_cell(protocol, r["seed"]) for r in chosen)],
+                 ["ensemble", *(accuracies(builds[r["teacher_seed"]]["ensemble"][t] for t in TESTS) for r in chosen)]]
         table += [[labels[k], *(cell(r, k) for r in chosen)] for k in KEYS if k in labels]
         parts.append(f"{title}:\n\n{markdown(headers, table)}")
     return "\n\n".join(parts)
