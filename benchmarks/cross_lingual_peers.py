@@ -13,8 +13,9 @@ table names every student.
     python benchmarks/cross_lingual_peers.py --teacher-seed 3 --protocol realistic --seed 2 --reuse default=default-s2
 
 KAMAL_BENCH_WORK as for cross_lingual_builds.py. Each student's figures are written as soon as it is evaluated, to
-the build's peers-PROTOCOL-sSEED.json (two protocols can run at once, in two processes); every run renders all of
-them into benchmarks/results/cross-lingual-peers-quick.{json,md} (docs/benchmarks.md: `python benchmarks/run.py docs`).
+the build's peers-PROTOCOL-sSEED.json (read again before each write, so that two processes can train rows of one
+protocol and seed at once); every run merges them, row by row, into the stored
+benchmarks/results/cross-lingual-peers-quick.{json,md} (docs/benchmarks.md: `python benchmarks/run.py docs`).
 """
 
 from __future__ import annotations
@@ -63,12 +64,15 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
         train = next((s["train"] for s in ws.json("students") if s["name"] == student), None)
         if train is None:
             sys.exit(f"--reuse {key}={student}: no such student in {ws.root}")
-        figures["rows"][key] = {
-            "label": label, "student": student, "reused": key in reuse,
-            "accuracy": {t: ws.json("eval", student, "--data", t)["accuracy"] for t in TESTS},
-            "best_step": train["best_step"], "steps": train["steps"]}
-        out.with_suffix(".tmp").write_text(json.dumps(figures, indent=2) + "\n")
-        out.with_suffix(".tmp").replace(out)
+        row = {"label": label, "student": student, "reused": key in reuse,
+               "accuracy": {t: ws.json("eval", student, "--data", t)["accuracy"] for t in TESTS},
+               "best_step": train["best_step"], "steps": train["steps"]}
+        # read again before writing: another process may have added a row to this file since
+        figures = json.loads(out.read_text()) if out.is_file() else figures
+        figures["rows"][key] = row
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(figures, indent=2) + "\n")
+        tmp.replace(out)
         print(f"{student}: " + " / ".join(f"{100 * a:.1f}" for a in figures["rows"][key]["accuracy"].values()),
               flush=True)
     return out
@@ -107,6 +111,35 @@ def supervised(figures: dict, protocol: str, seed: int) -> list[float] | None:
         return None
     i, reference = seeds.index(seed), figures["supervised"][protocol]
     return [reference["accuracy"]["values"][i], *(reference["per_test"][t]["values"][i] for t in TESTS[1:])]
+
+
+def merged_runs() -> list[dict]:
+    """The stored runs, each row replaced or added by the builds' peers files: a build made again in a fresh folder
+    (the same teachers, row for row, at fixed code) adds its new rows beside the stored ones without losing them."""
+    stored = RESULTS / f"{STEM}.json"
+    runs = {}
+    for run in json.loads(stored.read_text())["runs"] if stored.is_file() else []:
+        runs[run["teacher_seed"], run["protocol"], run["seed"]] = run
+    for path in sorted(BUILDS.glob("teacher-seed-*/peers-*.json")):
+        run = json.loads(path.read_text())
+        key = run["teacher_seed"], run["protocol"], run["seed"]
+        runs[key] = {**run, "rows": {**runs.get(key, {}).get("rows", {}), **run["rows"]}}
+    return [runs[key] for key in sorted(runs)]
+
+
+def build_figures(teacher_seeds: set[int]) -> dict[int, dict]:
+    """Each build's own figures (the ensemble's accuracies): its build.json where the build is here, else the stored
+    cross_lingual_builds.py results."""
+    stored = RESULTS / "cross-lingual-builds-quick.json"
+    figures = {b["teacher_seed"]: b for b in json.loads(stored.read_text())["builds"]} if stored.is_file() else {}
+    for seed in teacher_seeds:
+        here = BUILDS / f"teacher-seed-{seed}" / "build.json"
+        if here.is_file():
+            figures[seed] = json.loads(here.read_text())
+    missing = sorted(teacher_seeds - set(figures))
+    if missing:
+        sys.exit(f"no figures for the builds with teacher seeds {missing}: run cross_lingual_builds.py first")
+    return figures
 
 
 def render(runs: list[dict], builds: dict[int, dict]) -> str:
@@ -172,9 +205,8 @@ def main() -> None:
         sys.exit(f"--reuse names rows --rows leaves out: {', '.join(sorted(set(reuse) - set(keys)))}")
     if not args.render:
         train_rows(args.teacher_seed, args.protocol, args.seed, keys, reuse)
-    runs = [json.loads(p.read_text()) for p in sorted(BUILDS.glob("teacher-seed-*/peers-*.json"))]
-    builds = {seed: json.loads((BUILDS / f"teacher-seed-{seed}" / "build.json").read_text())
-              for seed in {r["teacher_seed"] for r in runs}}
+    runs = merged_runs()
+    builds = build_figures({r["teacher_seed"] for r in runs})
     RESULTS.mkdir(parents=True, exist_ok=True)
     table = render(runs, builds)
     (RESULTS / f"{STEM}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "runs": runs}, indent=2,

@@ -1,5 +1,6 @@
 """The benchmark data ships with kamal: a fresh clone can rerun every scenario."""
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -118,3 +119,32 @@ def test_cross_lingual_peers_reads_the_work_folder_only_after_choosing_the_build
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_cross_lingual_peers_keeps_stored_rows_beside_a_rebuilt_builds_new_ones(tmp_path, monkeypatch):
+    """A build made again in a fresh folder holds only the rows trained there; the render must keep every stored row
+    (the stored run's other rows and the other builds' runs) and add or replace the new ones."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import cross_lingual_peers as peers
+
+    stored = {"date": "2026-11-28", "runs": [
+        {"teacher_seed": 2, "protocol": "muki", "seed": 1, "rows": {"default": {"student": "old-default"},
+                                                                    "uhc": {"student": "old-uhc"}}},
+        {"teacher_seed": 3, "protocol": "muki", "seed": 1, "rows": {"default": {"student": "other-build"}}}]}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / f"{peers.STEM}.json").write_text(json.dumps(stored))
+    build = tmp_path / "builds" / "teacher-seed-2"
+    build.mkdir(parents=True)
+    (build / "peers-muki-s1.json").write_text(json.dumps(
+        {"teacher_seed": 2, "protocol": "muki", "seed": 1, "rows": {"init-merge": {"student": "new-merge"},
+                                                                    "uhc": {"student": "new-uhc"}}}))
+    (build / "peers-realistic-s2.json").write_text(json.dumps(
+        {"teacher_seed": 2, "protocol": "realistic", "seed": 2, "rows": {"default": {"student": "new-seed"}}}))
+    monkeypatch.setattr(peers, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(peers, "BUILDS", tmp_path / "builds")
+
+    runs = {(r["teacher_seed"], r["protocol"], r["seed"]): {k: v["student"] for k, v in r["rows"].items()}
+            for r in peers.merged_runs()}
+    assert runs == {(2, "muki", 1): {"default": "old-default", "uhc": "new-uhc", "init-merge": "new-merge"},
+                    (2, "realistic", 2): {"default": "new-seed"},
+                    (3, "muki", 1): {"default": "other-build"}}
