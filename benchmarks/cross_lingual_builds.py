@@ -1,7 +1,9 @@
 """The cross-lingual pair's default student on other builds of its teachers (issue 31).
 
-At fixed code, the pair's teachers rebuild row for row: rebuilt in a fresh folder at the stored seed, they gave the
-stored build's every figure. The earlier builds, each made with the code of its day, differed, and one of them broke
+On one machine at fixed code, the pair's teachers rebuild row for row: rebuilt in a fresh folder at the stored seed,
+they gave the stored build's every figure. On another machine they need not: the seed-2 build made again on
+2026-11-29, with no change to how teachers train, gave an ensemble of 31.0% against 31.2%, so a build is told apart by
+its teachers' fingerprint as well as their seed. The earlier builds, each made with the code of its day, differed, and one of them broke
 the default (docs/benchmarks.md). So that the decisions can be seen on teachers other than one build's, each build
 here trains both teachers with another seed (`cross_lingual.TEACHER_SEED`), in a folder of its own, then walks what
 default-student walks on the realistic protocol: the teachers added to a fresh workspace as folders, `kamal
@@ -16,13 +18,16 @@ accuracy overall and per language.
     python benchmarks/cross_lingual_builds.py --teacher-seeds 2 --student-tag TAG  # the default again, at this code
 
 Each build lives in KAMAL_BENCH_WORK (default benchmarks/work)/cross-lingual-builds/teacher-seed-N and is reused when
-run again. Results merge by teacher seed into benchmarks/results/cross-lingual-builds-quick.{json,md}. About 35 minutes a
+run again. Results merge by build into benchmarks/results/cross-lingual-builds-quick.{json,md}: a build is its teachers'
+seed and their weights' fingerprint, since the same seed made again in a fresh folder need not train the same
+teachers (`--render` merges the folders' figures without running anything). About 35 minutes a
 build on 2 CPU cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -34,6 +39,37 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 STEM = "cross-lingual-builds-quick"  # a docs/benchmarks.md block: <!-- bench:cross-lingual-builds -->
 SCORES = ("mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rmd+prototype")
+
+
+def teachers_fingerprint(folder: Path) -> str | None:
+    """A build's identity: its teachers' weights. The same seed in a fresh folder need not train the same teachers
+    (the seed-2 build made again on another machine did not), so figures are kept per build, not per seed."""
+    weights = {}
+    for path in sorted(folder.glob("*/.kamal/artifacts/teachers/*/model.safetensors")):
+        weights.setdefault(path.parent.name, path)
+    if not weights:
+        return None
+    digest = hashlib.sha256()
+    for name, path in sorted(weights.items()):
+        digest.update(name.encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:8]
+
+
+def build_key(build: dict) -> tuple[int, str]:
+    """How builds are told apart: the teachers' seed, then their fingerprint ("" for builds stored before it)."""
+    return build["teacher_seed"], build.get("teachers") or ""
+
+
+def build_label(build: dict) -> str:
+    return f"{build['teacher_seed']}" + (f", teachers {build['teachers']}" if build.get("teachers") else "")
+
+
+def read_build(folder: Path) -> dict:
+    """A build folder's figures, with its teachers' fingerprint (computed here for a build.json written before it)."""
+    figures = json.loads((folder / "build.json").read_text())
+    figures.setdefault("teachers", teachers_fingerprint(folder))
+    return figures
 
 
 def one_build(teacher_seed: int, tag: str = "") -> dict:
@@ -52,7 +88,8 @@ def one_build(teacher_seed: int, tag: str = "") -> dict:
     selection = {(s["data"], s["score"]): s for s in ws.json("report")["selection"]}
     trained = next(s for s in ws.json("students") if s["name"] == student)["train"]["objective"]
     return {
-        "teacher_seed": teacher_seed, "student": student,
+        "teacher_seed": teacher_seed, "teachers": teachers_fingerprint(Path(os.environ["KAMAL_BENCH_WORK"])),
+        "student": student,
         "ensemble": {t: ws.json("eval", "--baseline", "ensemble", "--data", t)["accuracy"] for t in tests},
         "default": {t: ws.json("eval", student, "--data", t)["accuracy"] for t in tests},
         "score": trained["score"], "commit": trained["commit"], "prior": trained["prior"],
@@ -96,12 +133,12 @@ def render(builds: list[dict]) -> str:
          "prior's check on the pool: kappa, rows placed among the teacher's labels (en-topics / zh-sentiment)",
          "commit, prior", "RMD refitted on the pool",
          "default % (all / English / Chinese)"],
-        [[b["teacher_seed"], percent(b["ensemble"]["test"]), b["score"], percent(b["pool"].get(b["score"])),
+        [[build_label(b), percent(b["ensemble"]["test"]), b["score"], percent(b["pool"].get(b["score"])),
           percent(b["generated_balanced"].get(b["score"])), check(b), f"{b['commit']}, {b['prior']}",
           (", ".join(b["refit"]) or "none") if "refit" in b else "- (before refit=auto)",
           " / ".join(percent(b["default"].get(t)) for t in ("test", "test-en", "test-zh"))] for b in builds])
     scores = markdown(["teacher seed", *SCORES],
-                      [[b["teacher_seed"], *(f"{percent(b['pool'].get(s))} / {percent(b['generated_balanced'].get(s))}"
+                      [[build_label(b), *(f"{percent(b['pool'].get(s))} / {percent(b['generated_balanced'].get(s))}"
                                              for s in SCORES)] for b in builds])
     return (f"{decisions}\n\nHow often each score picks the right teacher, on the pool (gold read only to measure) / "
             f"on the generated rows balanced over teachers, %:\n\n{scores}")
@@ -112,6 +149,7 @@ def main() -> None:
     parser.add_argument("--teacher-seeds", default="0,2,3", help="comma-separated teachers' training seeds")
     parser.add_argument("--student-tag", default="", help="train the default again as realistic-default-TAG (a "
                         "build's default at other code); the build's figures are the tagged student's")
+    parser.add_argument("--render", action="store_true", help="only merge the builds' folders into the stored table")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child process: one build, its figures' file
     args = parser.parse_args()
     if args.one is not None:
@@ -122,8 +160,8 @@ def main() -> None:
         return
     work = Path(os.environ.get("KAMAL_BENCH_WORK", HERE / "work")) / "cross-lingual-builds"
     stored = json.loads((RESULTS / f"{STEM}.json").read_text()) if (RESULTS / f"{STEM}.json").exists() else {}
-    builds = {b["teacher_seed"]: b for b in stored.get("builds", [])}
-    for seed in [int(s) for s in args.teacher_seeds.split(",")]:
+    builds = {build_key(b): b for b in stored.get("builds", [])}
+    for seed in [] if args.render else [int(s) for s in args.teacher_seeds.split(",")]:
         folder = work / f"teacher-seed-{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         print(f"build with teacher seed {seed} in {folder}", flush=True)
@@ -132,9 +170,12 @@ def main() -> None:
                               env=env).returncode
         if code != 0:
             sys.exit(f"the build with teacher seed {seed} failed (exit {code}); its folder is kept: {folder}")
-        builds[seed] = json.loads((folder / "build.json").read_text())
+    for folder in sorted(work.glob("teacher-seed-*")):
+        if (folder / "build.json").is_file():
+            build = read_build(folder)
+            builds[build_key(build)] = build
     sys.path.insert(0, str(HERE))
-    ordered = [builds[s] for s in sorted(builds)]
+    ordered = [builds[key] for key in sorted(builds)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{STEM}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "builds": ordered},
                                                      indent=2, sort_keys=True) + "\n")

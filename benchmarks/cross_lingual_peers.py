@@ -48,8 +48,11 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
     bench, setting = ds.realistic_setting("cross-lingual", seed)
     ws = ds.student_workspace(bench, setting)
     out = folder / f"peers-{protocol}-s{seed}.json"
+    from cross_lingual_builds import read_build
+
     figures = json.loads(out.read_text()) if out.is_file() else {"teacher_seed": teacher_seed, "protocol": protocol,
                                                                     "seed": seed, "rows": {}}
+    teachers = read_build(folder)["teachers"]
     rows = dict(zip(KEYS, ds.ROWS, strict=True))
     assert rows["default"][0] == ds.DEFAULT, "KEYS no longer follow default_student.ROWS"
     for key in keys:
@@ -69,6 +72,7 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
                "best_step": train["best_step"], "steps": train["steps"]}
         # read again before writing: another process may have added a row to this file since
         figures = json.loads(out.read_text()) if out.is_file() else figures
+        figures["teachers"] = teachers
         figures["rows"][key] = row
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(figures, indent=2) + "\n")
@@ -113,32 +117,43 @@ def supervised(figures: dict, protocol: str, seed: int) -> list[float] | None:
     return [reference["accuracy"]["values"][i], *(reference["per_test"][t]["values"][i] for t in TESTS[1:])]
 
 
+def run_key(run: dict) -> tuple:
+    from cross_lingual_builds import build_key
+
+    return *build_key(run), run["protocol"], run["seed"]
+
+
 def merged_runs() -> list[dict]:
-    """The stored runs, each row replaced or added by the builds' peers files: a build made again in a fresh folder
-    (the same teachers, row for row, at fixed code) adds its new rows beside the stored ones without losing them."""
+    """The stored runs, each row replaced or added by the builds' peers files, run by run: a build here adds its new
+    rows beside the stored ones of the same build (its teachers' seed and fingerprint) without losing them."""
+    from cross_lingual_builds import teachers_fingerprint
+
     stored = RESULTS / f"{STEM}.json"
     runs = {}
     for run in json.loads(stored.read_text())["runs"] if stored.is_file() else []:
-        runs[run["teacher_seed"], run["protocol"], run["seed"]] = run
+        runs[run_key(run)] = run
     for path in sorted(BUILDS.glob("teacher-seed-*/peers-*.json")):
         run = json.loads(path.read_text())
-        key = run["teacher_seed"], run["protocol"], run["seed"]
+        run["teachers"] = run.get("teachers") or teachers_fingerprint(path.parent)
+        key = run_key(run)
         runs[key] = {**run, "rows": {**runs.get(key, {}).get("rows", {}), **run["rows"]}}
     return [runs[key] for key in sorted(runs)]
 
 
-def build_figures(teacher_seeds: set[int]) -> dict[int, dict]:
+def build_figures(keys: set[tuple[int, str]]) -> dict[tuple[int, str], dict]:
     """Each build's own figures (the ensemble's accuracies): its build.json where the build is here, else the stored
     cross_lingual_builds.py results."""
+    from cross_lingual_builds import build_key, read_build
+
     stored = RESULTS / "cross-lingual-builds-quick.json"
-    figures = {b["teacher_seed"]: b for b in json.loads(stored.read_text())["builds"]} if stored.is_file() else {}
-    for seed in teacher_seeds:
-        here = BUILDS / f"teacher-seed-{seed}" / "build.json"
-        if here.is_file():
-            figures[seed] = json.loads(here.read_text())
-    missing = sorted(teacher_seeds - set(figures))
+    figures = {build_key(b): b for b in json.loads(stored.read_text())["builds"]} if stored.is_file() else {}
+    for folder in sorted(BUILDS.glob("teacher-seed-*")):
+        if (folder / "build.json").is_file():
+            build = read_build(folder)
+            figures[build_key(build)] = build
+    missing = sorted(keys - set(figures))
     if missing:
-        sys.exit(f"no figures for the builds with teacher seeds {missing}: run cross_lingual_builds.py first")
+        sys.exit(f"no figures for the builds {missing} (teacher seed, teachers): run cross_lingual_builds.py first")
     return figures
 
 
@@ -147,6 +162,7 @@ def render(runs: list[dict], builds: dict[int, dict]) -> str:
     # common is imported here, never at the top: it reads KAMAL_BENCH_WORK when imported, which train_rows first
     # points at the build's folder
     from common import markdown, percent
+    from cross_lingual_builds import build_label
 
     reference = stored_reference()
 
@@ -175,10 +191,10 @@ def render(runs: list[dict], builds: dict[int, dict]) -> str:
         chosen = [r for r in runs if r["protocol"] == protocol]
         if not chosen:
             continue
-        headers = ["row", *(f"teacher seed {r['teacher_seed']}, student seed {r['seed']}" for r in chosen)]
+        headers = ["row", *(f"teacher seed {build_label(r)}, student seed {r['seed']}" for r in chosen)]
         table = [["supervised on the transfer set's gold labels, same budget (default-student's, stored: no teacher "
                   "in it)", *(reference_cell(protocol, r["seed"]) for r in chosen)],
-                 ["ensemble", *(accuracies(builds[r["teacher_seed"]]["ensemble"][t] for t in TESTS) for r in chosen)]]
+                 ["ensemble", *(accuracies(builds[run_key(r)[:2]]["ensemble"][t] for t in TESTS) for r in chosen)]]
         table += [[labels[k], *(cell(r, k) for r in chosen)] for k in KEYS if k in labels]
         parts.append(f"{title}:\n\n{markdown(headers, table)}")
     return "\n\n".join(parts)
@@ -206,7 +222,7 @@ def main() -> None:
     if not args.render:
         train_rows(args.teacher_seed, args.protocol, args.seed, keys, reuse)
     runs = merged_runs()
-    builds = build_figures({r["teacher_seed"] for r in runs})
+    builds = build_figures({run_key(r)[:2] for r in runs})
     RESULTS.mkdir(parents=True, exist_ok=True)
     table = render(runs, builds)
     (RESULTS / f"{STEM}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "runs": runs}, indent=2,

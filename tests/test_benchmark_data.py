@@ -121,20 +121,27 @@ def test_cross_lingual_peers_reads_the_work_folder_only_after_choosing_the_build
     assert done.stdout.strip() == "[]"
 
 
-def test_cross_lingual_peers_keeps_stored_rows_beside_a_rebuilt_builds_new_ones(tmp_path, monkeypatch):
-    """A build made again in a fresh folder holds only the rows trained there; the render must keep every stored row
-    (the stored run's other rows and the other builds' runs) and add or replace the new ones."""
+def test_cross_lingual_peers_merges_rows_by_build_and_keeps_a_rebuilt_build_apart(tmp_path, monkeypatch):
+    """A build's folder holds only the rows trained there: the render keeps every stored row and adds or replaces the
+    folder's rows in the run of the same build. The same teacher seed made again in a fresh folder trained other
+    teachers once, so a build is its seed and its teachers' fingerprint, and a stored run of another build (here the
+    one stored before fingerprints) stays a column of its own."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import cross_lingual_builds as builds
     import cross_lingual_peers as peers
 
     stored = {"date": "2026-11-28", "runs": [
-        {"teacher_seed": 2, "protocol": "muki", "seed": 1, "rows": {"default": {"student": "old-default"},
-                                                                    "uhc": {"student": "old-uhc"}}},
-        {"teacher_seed": 3, "protocol": "muki", "seed": 1, "rows": {"default": {"student": "other-build"}}}]}
+        {"teacher_seed": 2, "protocol": "muki", "seed": 1, "rows": {"default": {"student": "old-build"}}},
+        {"teacher_seed": 2, "teachers": "bb7f4a44", "protocol": "muki", "seed": 1,
+         "rows": {"default": {"student": "stored-default"}, "uhc": {"student": "stored-uhc"}}},
+        {"teacher_seed": 3, "protocol": "muki", "seed": 1, "rows": {"default": {"student": "other-seed"}}}]}
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / f"{peers.STEM}.json").write_text(json.dumps(stored))
     build = tmp_path / "builds" / "teacher-seed-2"
-    build.mkdir(parents=True)
+    weights = build / "quick-cross-lingual" / ".kamal" / "artifacts" / "teachers" / "en"
+    weights.mkdir(parents=True)
+    (weights / "model.safetensors").write_bytes(b"x")
+    assert builds.teachers_fingerprint(build) == "bb7f4a44"  # sha256(b"en" + sha256(b"x")), first 8 hex digits
     (build / "peers-muki-s1.json").write_text(json.dumps(
         {"teacher_seed": 2, "protocol": "muki", "seed": 1, "rows": {"init-merge": {"student": "new-merge"},
                                                                     "uhc": {"student": "new-uhc"}}}))
@@ -143,8 +150,11 @@ def test_cross_lingual_peers_keeps_stored_rows_beside_a_rebuilt_builds_new_ones(
     monkeypatch.setattr(peers, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(peers, "BUILDS", tmp_path / "builds")
 
-    runs = {(r["teacher_seed"], r["protocol"], r["seed"]): {k: v["student"] for k, v in r["rows"].items()}
-            for r in peers.merged_runs()}
-    assert runs == {(2, "muki", 1): {"default": "old-default", "uhc": "new-uhc", "init-merge": "new-merge"},
-                    (2, "realistic", 2): {"default": "new-seed"},
-                    (3, "muki", 1): {"default": "other-build"}}
+    runs = {peers.run_key(r): {k: v["student"] for k, v in r["rows"].items()} for r in peers.merged_runs()}
+    assert runs == {(2, "", "muki", 1): {"default": "old-build"},
+                    (2, "bb7f4a44", "muki", 1): {"default": "stored-default", "uhc": "new-uhc",
+                                                 "init-merge": "new-merge"},
+                    (2, "bb7f4a44", "realistic", 2): {"default": "new-seed"},
+                    (3, "", "muki", 1): {"default": "other-seed"}}
+    assert builds.build_label({"teacher_seed": 2, "teachers": "bb7f4a44"}) == "2, teachers bb7f4a44"
+    assert builds.build_label({"teacher_seed": 2}) == "2"
