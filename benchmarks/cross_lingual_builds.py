@@ -1,9 +1,11 @@
 """The cross-lingual pair's default student on other builds of its teachers (issue 31).
 
 On one machine at fixed code, the pair's teachers rebuild row for row: rebuilt in a fresh folder at the stored seed,
-they gave the stored build's every figure. On another machine they need not: the seed-2 build made again on
-2026-11-29, with no change to how teachers train, gave an ensemble of 31.0% against 31.2%, so a build is told apart by
-its teachers' fingerprint as well as their seed. The earlier builds, each made with the code of its day, differed, and one of them broke
+they gave the stored build's every figure. Across machines they need not: at teacher seed 2 the builds made on
+2026-11-27 and on 2026-11-29 agree figure for figure (ensemble 31.0%, RMD right on 72.5% of the pool), while the one
+made on 2026-11-28, on a machine whose packages were installed afresh, trained other teachers (31.2%, 79.5%), with no
+change to how teachers train. So a build is told apart by its teachers' fingerprint as well as their seed. The
+earlier builds, each made with the code of its day, differed, and one of them broke
 the default (docs/benchmarks.md). So that the decisions can be seen on teachers other than one build's, each build
 here trains both teachers with another seed (`cross_lingual.TEACHER_SEED`), in a folder of its own, then walks what
 default-student walks on the realistic protocol: the teachers added to a fresh workspace as folders, `kamal
