@@ -43,13 +43,12 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
     os.environ["KAMAL_BENCH_WORK"] = str(folder)  # default_student's workspaces are the build's
     import cross_lingual
     import default_student as ds
+    from cross_lingual_builds import read_build
 
     cross_lingual.TEACHER_SEED = teacher_seed
     bench, setting = ds.realistic_setting("cross-lingual", seed)
     ws = ds.student_workspace(bench, setting)
     out = folder / f"peers-{protocol}-s{seed}.json"
-    from cross_lingual_builds import read_build
-
     figures = json.loads(out.read_text()) if out.is_file() else {"teacher_seed": teacher_seed, "protocol": protocol,
                                                                     "seed": seed, "rows": {}}
     teachers = read_build(folder)["teachers"]
@@ -157,12 +156,12 @@ def build_figures(keys: set[tuple[int, str]]) -> dict[tuple[int, str], dict]:
     return figures
 
 
-def render(runs: list[dict], builds: dict[int, dict]) -> str:
+def render(runs: list[dict], builds: dict[tuple[int, str], dict]) -> str:
     """One table per protocol: a row per method, a column per build (and student seed)."""
     # common is imported here, never at the top: it reads KAMAL_BENCH_WORK when imported, which train_rows first
     # points at the build's folder
     from common import markdown, percent
-    from cross_lingual_builds import build_label
+    from cross_lingual_builds import build_key, build_label
 
     reference = stored_reference()
 
@@ -194,7 +193,7 @@ def render(runs: list[dict], builds: dict[int, dict]) -> str:
         headers = ["row", *(f"teacher seed {build_label(r)}, student seed {r['seed']}" for r in chosen)]
         table = [["supervised on the transfer set's gold labels, same budget (default-student's, stored: no teacher "
                   "in it)", *(reference_cell(protocol, r["seed"]) for r in chosen)],
-                 ["ensemble", *(accuracies(builds[run_key(r)[:2]]["ensemble"][t] for t in TESTS) for r in chosen)]]
+                 ["ensemble", *(accuracies(builds[build_key(r)]["ensemble"][t] for t in TESTS) for r in chosen)]]
         table += [[labels[k], *(cell(r, k) for r in chosen)] for k in KEYS if k in labels]
         parts.append(f"{title}:\n\n{markdown(headers, table)}")
     return "\n\n".join(parts)
@@ -221,8 +220,10 @@ def main() -> None:
         sys.exit(f"--reuse names rows --rows leaves out: {', '.join(sorted(set(reuse) - set(keys)))}")
     if not args.render:
         train_rows(args.teacher_seed, args.protocol, args.seed, keys, reuse)
+    from cross_lingual_builds import build_key
+
     runs = merged_runs()
-    builds = build_figures({run_key(r)[:2] for r in runs})
+    builds = build_figures({build_key(r) for r in runs})
     RESULTS.mkdir(parents=True, exist_ok=True)
     table = render(runs, builds)
     (RESULTS / f"{STEM}.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "runs": runs}, indent=2,
