@@ -29,6 +29,7 @@ build on 2 CPU cores.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ STEM = "cross-lingual-builds-quick"  # a docs/benchmarks.md block: <!-- bench:cr
 SCORES = ("mc-dropout", "entropy", "max-prob", "energy", "rmd", "prototype", "rmd+prototype")
 
 
+@functools.cache  # hashes some 180 MB a build: once per folder per process
 def teachers_fingerprint(folder: Path) -> str | None:
     """A build's identity: its teachers' weights. The same seed in a fresh folder need not train the same teachers
     (the seed-2 build made again on another machine did not), so figures are kept per build, not per seed."""
@@ -72,6 +74,17 @@ def read_build(folder: Path) -> dict:
     figures = json.loads((folder / "build.json").read_text())
     figures.setdefault("teachers", teachers_fingerprint(folder))
     return figures
+
+
+def known_builds(work: Path) -> dict[tuple[int, str], dict]:
+    """The stored builds' figures, each replaced by its folder's where the build is in work, and the folders' others."""
+    stored = RESULTS / f"{STEM}.json"
+    builds = {build_key(b): b for b in json.loads(stored.read_text())["builds"]} if stored.is_file() else {}
+    for folder in sorted(work.glob("teacher-seed-*")):
+        if (folder / "build.json").is_file():
+            build = read_build(folder)
+            builds[build_key(build)] = build
+    return builds
 
 
 def one_build(teacher_seed: int, tag: str = "") -> dict:
@@ -161,8 +174,6 @@ def main() -> None:
         (folder / "build.json.tmp").replace(folder / "build.json")
         return
     work = Path(os.environ.get("KAMAL_BENCH_WORK", HERE / "work")) / "cross-lingual-builds"
-    stored = json.loads((RESULTS / f"{STEM}.json").read_text()) if (RESULTS / f"{STEM}.json").exists() else {}
-    builds = {build_key(b): b for b in stored.get("builds", [])}
     for seed in [] if args.render else [int(s) for s in args.teacher_seeds.split(",")]:
         folder = work / f"teacher-seed-{seed}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -172,10 +183,7 @@ def main() -> None:
                               env=env).returncode
         if code != 0:
             sys.exit(f"the build with teacher seed {seed} failed (exit {code}); its folder is kept: {folder}")
-    for folder in sorted(work.glob("teacher-seed-*")):
-        if (folder / "build.json").is_file():
-            build = read_build(folder)
-            builds[build_key(build)] = build
+    builds = known_builds(work)
     sys.path.insert(0, str(HERE))
     ordered = [builds[key] for key in sorted(builds)]
     RESULTS.mkdir(parents=True, exist_ok=True)

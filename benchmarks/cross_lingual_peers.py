@@ -49,8 +49,6 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
     bench, setting = ds.realistic_setting("cross-lingual", seed)
     ws = ds.student_workspace(bench, setting)
     out = folder / f"peers-{protocol}-s{seed}.json"
-    figures = json.loads(out.read_text()) if out.is_file() else {"teacher_seed": teacher_seed, "protocol": protocol,
-                                                                    "seed": seed, "rows": {}}
     teachers = read_build(folder)["teachers"]
     rows = dict(zip(KEYS, ds.ROWS, strict=True))
     assert rows["default"][0] == ds.DEFAULT, "KEYS no longer follow default_student.ROWS"
@@ -69,8 +67,9 @@ def train_rows(teacher_seed: int, protocol: str, seed: int, keys: list[str], reu
         row = {"label": label, "student": student, "reused": key in reuse,
                "accuracy": {t: ws.json("eval", student, "--data", t)["accuracy"] for t in TESTS},
                "best_step": train["best_step"], "steps": train["steps"]}
-        # read again before writing: another process may have added a row to this file since
-        figures = json.loads(out.read_text()) if out.is_file() else figures
+        # read just before writing: another process may have added a row to this file since this one started
+        figures = json.loads(out.read_text()) if out.is_file() else {"teacher_seed": teacher_seed,
+                                                                        "protocol": protocol, "seed": seed, "rows": {}}
         figures["teachers"] = teachers
         figures["rows"][key] = row
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
@@ -142,14 +141,9 @@ def merged_runs() -> list[dict]:
 def build_figures(keys: set[tuple[int, str]]) -> dict[tuple[int, str], dict]:
     """Each build's own figures (the ensemble's accuracies): its build.json where the build is here, else the stored
     cross_lingual_builds.py results."""
-    from cross_lingual_builds import build_key, read_build
+    from cross_lingual_builds import known_builds
 
-    stored = RESULTS / "cross-lingual-builds-quick.json"
-    figures = {build_key(b): b for b in json.loads(stored.read_text())["builds"]} if stored.is_file() else {}
-    for folder in sorted(BUILDS.glob("teacher-seed-*")):
-        if (folder / "build.json").is_file():
-            build = read_build(folder)
-            figures[build_key(build)] = build
+    figures = known_builds(BUILDS)
     missing = sorted(keys - set(figures))
     if missing:
         sys.exit(f"no figures for the builds {missing} (teacher seed, teachers): run cross_lingual_builds.py first")
