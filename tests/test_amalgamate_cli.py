@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import unfolded
 from safetensors.torch import load_file
 
 TRAIN = ["--student", None, "--epochs", "4", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
@@ -17,7 +18,7 @@ def train_args(assets):
 
 def test_every_output_level_method_trains_a_student(two_teachers, assets):
     for method in ("muki-hard", "muki-soft", "vanilla-kd", "uhc"):
-        result = two_teachers("amalgamate", "--method", method, "--name", method, *train_args(assets))
+        result = two_teachers("--verbose", "amalgamate", "--method", method, "--name", method, *train_args(assets))
         assert f"Trained student {method} ({method}) over 4 labels" in result.stdout
         # the teachers were added: without generated text, auto says how to let RMD select
         assert ("text from `kamal synthesize --prompt" in result.output) == method.startswith("muki"), result.output
@@ -139,7 +140,9 @@ def test_student_from_a_classifier_and_shallower(two_teachers, assets):
     assert weights["classifier.weight"].shape[0] == 4
 
 
-def test_ctrl_c_then_resume_matches_an_uninterrupted_run(two_teachers, assets, interrupt_training):
+def test_ctrl_c_then_resume_matches_an_uninterrupted_run(two_teachers, assets, interrupt_training, monkeypatch):
+    from kamalcli.students import amalgamate
+
     args = ["--method", "muki-soft", *train_args(assets), "--checkpoint-every", "5"]
     two_teachers("amalgamate", *args, "--name", "straight")
     interrupt_training(7)
@@ -150,13 +153,22 @@ def test_ctrl_c_then_resume_matches_an_uninterrupted_run(two_teachers, assets, i
     runs_dir = two_teachers.workspace / ".kamal" / "artifacts" / "runs"
     assert len(list(runs_dir.iterdir())) == 1  # the interrupted run keeps its checkpoint
     interrupt_training(None)
-    two_teachers("amalgamate", "--resume", "cut")
+
+    def decide_again(*args, **kwargs):
+        raise AssertionError("a resumed run decided its recipe again")
+
+    monkeypatch.setattr(amalgamate, "plan_recipe", decide_again)  # it reads the recipe its run recorded
+    resumed = two_teachers("amalgamate", "--resume", "cut")
+    table = [line for line in result.stderr.splitlines() if line.startswith("  ") and "saved at" not in line]
+    assert table and all(line in resumed.stderr.splitlines() for line in table)  # the same recipe, printed again
     assert not any(runs_dir.iterdir())
     students = {s["name"]: s for s in two_teachers.json("students")}
     a = load_file(str(Path(students["straight"]["path"]) / "model.safetensors"))
     b = load_file(str(Path(students["cut"]["path"]) / "model.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     assert [r["status"] for r in two_teachers.json("runs") if r["name"] == "cut"] == ["interrupted", "done"]
+    assert students["cut"]["train"]["recipe"] == students["straight"]["train"]["recipe"]
+    assert "score" in students["cut"]["train"]["recipe"]
     assert "nothing to resume" in two_teachers("amalgamate", "--resume", "cut", code=2).stderr
 
 
@@ -222,26 +234,27 @@ def test_prior_prototype_needs_labelled_text_for_every_label_and_auto_says_why_t
         "Error: prior=prototype: no labelled text for these teachers' labels (`kamal synthesize` writes some, or "
         "--rmd-fit NAME).")
     assert not two_teachers.json("students")
-    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "p", *train_args(assets))
+    result = two_teachers("--verbose", "amalgamate", "--method", "muki-hard", "--name", "p", *train_args(assets))
     assert "prior=auto: none: no labelled text for these teachers' labels" in result.output
     [student] = two_teachers.json("students")
     assert "prior" not in student["train"]["objective"]
     run = next(r for r in two_teachers.json("runs") if r["name"] == "p" and r["status"] == "done")
-    assert run["params"]["prior"]["kind"] == "none"  # recorded: a resumed run decides nothing again
+    assert run["params"]["recipe"]["prior"]["kind"] == "none"  # recorded: a resumed run decides nothing again
 
 
 def test_smooth_averages_each_target_with_its_nearest_rows_and_says_so(two_teachers, assets, monkeypatch):
-    from kamalcli.probe import neighbours
+    from kamalcli.recipe import recipe as neighbours
 
     monkeypatch.setattr(neighbours, "SMOOTH_NEIGHBOURS", 10)  # kamal's default (the tests' conftest turns it off)
     encoder = ["--option", f"encoder={assets['encoder']}"]
-    result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "auto", *encoder, *train_args(assets))
+    result = two_teachers("--verbose", "amalgamate", "--method", "muki-hard", "--name", "auto", *encoder,
+                          *train_args(assets))
     assert ("smooth=auto: none: it smooths only beside a prior over every label, whose check shows that "
             f"{assets['encoder']} reads the transfer rows; smooth=K asks for K anyway.") in result.output
     result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "three", "--option", "smooth=3",
                           *encoder, *train_args(assets))
     assert ("smooth=3: each row's target is 50% its own and 50% the mean of its 3 nearest rows of pool in "
-            f"{assets['encoder']} (no labels; smooth=0 turns it off).") in result.output
+            f"{assets['encoder']} (no labels; smooth=0 turns it off).") in unfolded(result.output)
     result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "off", "--option", "smooth=0",
                           *encoder, *train_args(assets))
     assert "smooth=" not in result.output
@@ -258,8 +271,8 @@ def test_pick_smooth_averages_each_rows_confidence_with_its_nearest_rows_and_say
     encoder = ["--option", f"encoder={assets['encoder']}", "--option", "score=entropy"]
     result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "three", "--option", "pick_smooth=3",
                           "--option", "commit=1", *encoder, *train_args(assets))
-    assert ("pick_smooth=3: each row's teacher is picked by its confidence averaged with its 3 nearest rows' of pool "
-            f"in {assets['encoder']} (their picks agree with the row's on ") in result.output
+    assert (f"pick_smooth=3: each pick averaged over the 3 nearest rows of pool in {assets['encoder']} (kappa "
+            in result.output)
     result = two_teachers("amalgamate", "--method", "muki-hard", "--name", "off", "--option", "pick_smooth=0",
                           "--option", "commit=1", *encoder, *train_args(assets))
     assert "pick_smooth=" not in result.output

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kamalcli.probe.auto_score import energy
+from kamalcli.probe.measured import energy
 
 
 def test_energy_is_the_log_sum_exp_of_the_logits():

@@ -24,7 +24,7 @@ def test_balanced_accuracy_weighs_each_teacher_s_rows_alike():
 
 
 def test_balanced_chance_is_the_best_constant_pick_teacher_by_teacher():
-    from kamalcli.probe.auto_score import balanced_chance, chance
+    from kamalcli.probe.measured import balanced_chance, chance
 
     a, b = SimpleNamespace(labels=("x", "y")), SimpleNamespace(labels=("z",))
     counts = {"x": 20, "y": 20, "z": 20}
@@ -40,7 +40,8 @@ def test_on_generated_text_of_ten_and_two_labels_energy_s_constant_pick_no_longe
     """The cross-lingual pair's case (docs/benchmarks.md): 200 generated rows for a teacher of ten labels, 40 for
     one of two; energy picks the first on every row, entropy picks right on 108 of the 200 and 32 of the 40."""
     from kamalcli.data.text import GENERATED
-    from kamalcli.probe.auto_score import _figure, decide
+    from kamalcli.probe.measured import _figure
+    from kamalcli.recipe.recipe import choose_score as decide
 
     first, second = SimpleNamespace(labels=tuple("abcdefghij")), SimpleNamespace(labels=("pos", "neg"))
     dataset = SimpleNamespace(name="synth", label_counts={**{c: 20 for c in "abcdefghij"}, "pos": 20, "neg": 20},
@@ -59,7 +60,7 @@ def test_on_generated_text_of_ten_and_two_labels_energy_s_constant_pick_no_longe
     assert entropy.accuracy == pytest.approx(0.67) and entropy.clear and not energy.clear
     decision = decide(figures, (10, 2), ("energy", "entropy"))
     # Wilson 95% of 89 in 133 (0.67 x 133, rounded): (0.6692 + 0.0144 -+ 0.0813) / 1.0289 = 0.585-0.743
-    assert decision.score == "entropy"
+    assert decision.value == "entropy"
     assert decision.line == (
         "score=auto selects with entropy: it picks the right teacher on 67.0% of 240 generated rows of synth, "
         "balanced over teachers (95% interval 58.5-74.3% on 133 effective rows; chance 50.0%), clearly above chance.")
@@ -67,7 +68,7 @@ def test_on_generated_text_of_ten_and_two_labels_energy_s_constant_pick_no_longe
     # and the fallback for teachers of different label counts is energy
     plain = [_figure({**row("energy", 200, 0), "balanced": None}, dataset, [first, second]),
              _figure({**row("entropy", 108, 32), "balanced": None}, dataset, [first, second])]
-    assert plain[0].accuracy == pytest.approx(200 / 240) and decide(plain, (10, 2), ("energy", "entropy")).score == "energy"
+    assert plain[0].accuracy == pytest.approx(200 / 240) and decide(plain, (10, 2), ("energy", "entropy")).value == "energy"
 
 
 def test_the_report_names_the_most_accurate_score_by_its_balanced_figure():

@@ -91,13 +91,14 @@ def test_a_run_keeps_the_stored_protocols_and_seeds_it_did_not_run():
 
 def test_every_benchmark_script_loads():
     """Each script's imports resolve (benchmarks/scope.py imported a helper a refactor had moved, unnoticed for days):
-    its top level runs, without its main, in one process, with benchmarks/ on the path as when it is run."""
+    its top level runs, without its main, in one process, with benchmarks/ on the path as when run.py runs it."""
     import subprocess
 
     scripts = sorted((ROOT / "benchmarks").glob("*.py"))
-    assert len(scripts) > 20
+    assert 2 < len(scripts) <= 12  # a bench, not a notebook: one-off experiments live in git's history
+    assert sum(len(p.read_text().splitlines()) for p in scripts) <= 3000, "benchmarks/*.py: at most 3,000 lines"
     code = ("import runpy, sys\n"
-            "sys.path.insert(0, sys.argv[1].rsplit('/', 1)[0])  # as `python benchmarks/X.py` has it\n"
+            "sys.path.insert(0, sys.argv[1].rsplit('/', 1)[0])  # as `python benchmarks/run.py` has it\n"
             "for path in sys.argv[1:]:\n"
             "    try:\n"
             "        runpy.run_path(path, run_name='loaded_by_test')\n"
@@ -108,12 +109,67 @@ def test_every_benchmark_script_loads():
     assert done.stdout == "", done.stdout
 
 
-def test_cross_lingual_peers_reads_the_work_folder_only_after_choosing_the_build():
-    """common fixes its work folder from KAMAL_BENCH_WORK when imported; cross_lingual_peers points that variable at
-    the build's folder before importing it. Imported at the top, it trained in the work root instead (it did once)."""
+def test_every_suite_and_benchmark_path_the_docs_name_exists():
+    """`python benchmarks/run.py SUITE` names a suite, and every benchmarks/ file the docs name is there (a removed
+    script is named as git keeps it, `git show COMMIT:benchmarks/X.py`); each tool suite answers --help."""
+    import re
     import subprocess
 
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import cross_lingual_peers\n"
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    suites = {*run.scenarios(), *run.TOOLS, "all", "docs", "readme"}
+    for name, (module, function) in run.TOOLS.items():
+        assert callable(getattr(__import__(module), function)), name
+    for path in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "Makefile", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        for suite in re.findall(r"benchmarks/run\.py ([a-z][\w-]*)", text):
+            assert suite in suites, f"{path.name}: run.py {suite}"
+        for named in re.findall(r"(?<![:\w/.-])benchmarks/[\w./-]+", text):
+            named = named.rstrip(".,")
+            if named.startswith("benchmarks/work") or re.search(r"[A-Z]{4,}", named):
+                continue  # made by a run, not kept; or a pattern (benchmarks/results/SCENARIO-PROFILE.md)
+            assert (ROOT / named).exists(), f"{path.name}: {named}"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "cross-lingual-peers", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--reuse" in done.stdout, done.stderr[-2000:]
+
+
+def test_docs_blocks_take_a_profile_result_or_a_plain_one(tmp_path, monkeypatch):
+    """`run.py docs` fills <!-- bench:NAME --> from results/NAME-full.md, else NAME-quick.md, else NAME.md, else the
+    one NAME-*.md; a block with no results file, or several NAME-*.md, is left as it is."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "a-quick.md").write_text("quick a\n")
+    (results / "a-full.md").write_text("full a\n")
+    (results / "b-quick.md").write_text("quick b\n")
+    (results / "row-weights.md").write_text("| plain |\n")
+    (results / "distributed-speed-dist1000.md").write_text("one\n")
+    (results / "gpu-figures-h100.md").write_text("h100\n")
+    (results / "gpu-figures-h200.md").write_text("h200\n")
+    monkeypatch.setattr(run, "RESULTS", results)
+    doc = tmp_path / "doc.md"
+    blocks = ["a", "b", "row-weights", "distributed-speed", "gpu-figures", "gpu-figures-h200", "none"]
+    doc.write_text("".join(f"<!-- bench:{n} -->\nold\n<!-- /bench:{n} -->\n" for n in blocks))
+    assert run.update_docs(doc) == ["gpu-figures", "none"]  # two gpu-figures-*.md: the block must name one
+    bodies = ["full a", "quick b", "| plain |", "one", "old", "h200", "old"]
+    assert doc.read_text() == "".join(f"<!-- bench:{n} -->\n{b}\n<!-- /bench:{n} -->\n" for n, b in zip(blocks, bodies))
+
+
+def test_cross_lingual_peers_reads_the_work_folder_only_after_choosing_the_build():
+    """common fixes its work folder from KAMAL_BENCH_WORK when imported; cross-lingual-peers points that variable at
+    the build's folder before importing it. Imported at the top, it trained in the work root instead (it did once).
+    run.py imports a tool suite's module only, so nothing imports common before the suite chooses."""
+    import subprocess
+
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import run, cross_lingual_builds\n"
             "print(sorted({'common', 'default_student', 'cross_lingual'} & set(sys.modules)))\n")
     done = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")], capture_output=True, text=True,
                           timeout=120)
@@ -128,7 +184,6 @@ def test_cross_lingual_peers_merges_rows_by_build_and_keeps_a_rebuilt_build_apar
     one stored before fingerprints) stays a column of its own."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import cross_lingual_builds as builds
-    import cross_lingual_peers as peers
 
     stored = {"date": "2026-11-28", "runs": [
         {"teacher_seed": 2, "protocol": "muki", "seed": 1, "rows": {"default": {"student": "old-build"}}},
@@ -136,7 +191,7 @@ def test_cross_lingual_peers_merges_rows_by_build_and_keeps_a_rebuilt_build_apar
          "rows": {"default": {"student": "stored-default"}, "uhc": {"student": "stored-uhc"}}},
         {"teacher_seed": 3, "protocol": "muki", "seed": 1, "rows": {"default": {"student": "other-seed"}}}]}
     (tmp_path / "results").mkdir()
-    (tmp_path / "results" / f"{peers.STEM}.json").write_text(json.dumps(stored))
+    (tmp_path / "results" / f"{builds.PEERS_STEM}.json").write_text(json.dumps(stored))
     build = tmp_path / "builds" / "teacher-seed-2"
     weights = build / "quick-cross-lingual" / ".kamal" / "artifacts" / "teachers" / "en"
     weights.mkdir(parents=True)
@@ -147,10 +202,10 @@ def test_cross_lingual_peers_merges_rows_by_build_and_keeps_a_rebuilt_build_apar
                                                                     "uhc": {"student": "new-uhc"}}}))
     (build / "peers-realistic-s2.json").write_text(json.dumps(
         {"teacher_seed": 2, "protocol": "realistic", "seed": 2, "rows": {"default": {"student": "new-seed"}}}))
-    monkeypatch.setattr(peers, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(peers, "BUILDS", tmp_path / "builds")
+    monkeypatch.setattr(builds, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(builds, "BUILDS", tmp_path / "builds")
 
-    runs = {peers.run_key(r): {k: v["student"] for k, v in r["rows"].items()} for r in peers.merged_runs()}
+    runs = {builds.run_key(r): {k: v["student"] for k, v in r["rows"].items()} for r in builds.merged_runs()}
     assert runs == {(2, "", "muki", 1): {"default": "old-build"},
                     (2, "bb7f4a44", "muki", 1): {"default": "stored-default", "uhc": "new-uhc",
                                                  "init-merge": "new-merge"},

@@ -43,10 +43,11 @@ def test_in_sample_rmd_flatters_selection_where_cross_fitted_rmd_is_at_chance():
 
 
 def test_a_cross_fitted_figure_counts_and_says_so():
-    from kamalcli.probe.auto_score import Figure, decide
+    from kamalcli.probe.measured import Figure
+    from kamalcli.recipe.recipe import choose_score as decide
 
     # 217 of 240 generated rows (90.4%), chance 83.3%: Wilson lower bound 86.0%, clear
     figure = Figure("rmd", "synth", True, 240, 217 / 240, 200 / 240, cross_fitted=5)
     assert figure.words() == ("90.4% of 240 generated rows of synth, 5-fold cross-fitted (95% interval 86.0-93.5%; "
                               "chance 83.3%)")
-    assert decide([figure], (10, 2)).score == "rmd"
+    assert decide([figure], (10, 2)).value == "rmd"

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_figures.py, the script the GPU figures come from, runs on a CPU too (small sizes)."""
+"""`benchmarks/run.py gpu-figures`, the suite the GPU figures come from, runs on a CPU too (small sizes)."""
 
 import subprocess
 import sys
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_figures.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
 
 
 @pytest.mark.slow
 def test_gpu_figures_run_on_the_cpu_and_print_every_figure():
-    done = subprocess.run([sys.executable, str(SCRIPT), "--small"], capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, str(SCRIPT), "gpu-figures", "--small"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     for what in ("probe K=1", "probe K=16 exact", "probe K=16 adaptive", "amalgamate (training loop, muki-hard)"):

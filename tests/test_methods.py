@@ -178,7 +178,7 @@ def test_a_prior_multiplies_the_target_and_is_renormalised():
 def test_smooth_averages_the_finished_target_over_each_rows_neighbours(monkeypatch):
     from dataclasses import replace
 
-    from kamalcli.probe import neighbours as module
+    from kamalcli.recipe import recipe as module
     from kamalcli.probe.neighbours import smoothed
 
     m = get_method("muki-hard")
@@ -195,7 +195,7 @@ def test_smooth_averages_the_finished_target_over_each_rows_neighbours(monkeypat
 def test_pick_smooth_picks_by_the_confidence_averaged_over_each_rows_neighbours(monkeypatch):
     from dataclasses import replace
 
-    from kamalcli.probe import neighbours as module
+    from kamalcli.recipe import recipe as module
 
     m = get_method("muki-hard")
     near = replace(outputs(), pick_neighbours=np.array([[1], [0], [0]]))

@@ -3,8 +3,9 @@
 
 import numpy as np
 
-from kamalcli.probe.neighbours import (PickAgreement, neighbour_mean, nearest_rows, neighbours_for, pick_agreement,
-                                       pick_smooth_line, smoothed)
+from kamalcli.probe.neighbours import PickAgreement, neighbour_mean, nearest_rows, pick_agreement, smoothed
+from kamalcli.recipe.recipe import Decision, pick_smooth_line, picks_agree
+from kamalcli.recipe.recipe import _smooth as smooth_decision
 
 
 def on_circle(degrees):
@@ -30,23 +31,35 @@ def test_smoothed_is_half_the_row_and_half_its_neighbours_mean():
     assert smoothed(target, np.empty((3, 0), dtype=np.int64)) is target
 
 
-def test_smooth_auto_follows_the_prior_over_every_label_and_needs_rows_enough():
-    everywhere = {"kind": "prototype", "data": "synth", "teachers": None}
-    assert neighbours_for("auto", 10, everywhere, 2000, 10, "pool", "minilm-l6") == (10, None)
+def test_smooth_auto_follows_the_prior_over_every_label_and_needs_rows_enough(monkeypatch):
+    from types import SimpleNamespace
+
+    from kamalcli.recipe import recipe
+
+    monkeypatch.setattr(recipe, "SMOOTH_NEIGHBOURS", 10)  # kamal's default (the tests' conftest turns it off)
+
+    def prior(data, teachers=None):
+        return Decision("prior", data, "", {"kind": "prototype" if data else "none", "data": data, "teachers": teachers})
+
+    def smooth(rows, labels, prior_decision):
+        evidence = SimpleNamespace(data="pool", rows=rows, label_names=tuple(range(labels)))
+        decision = smooth_decision(evidence, SimpleNamespace(encoder="minilm-l6"), prior_decision)
+        return decision.value, decision.line, decision.reason
+
+    everywhere = prior("synth")
+    assert smooth(2000, 10, everywhere)[0] == 10
     # 1,000 rows over 10 labels, where smoothing cost the student a point on each of two seeds
-    assert neighbours_for("auto", 10, everywhere, 1999, 10, "pool", "minilm-l6")[0] == 0
-    assert neighbours_for("auto", 10, everywhere, 1000, 10, "pool", "minilm-l6") == (0, (
+    assert smooth(1999, 10, everywhere)[0] == 0
+    assert smooth(1000, 10, everywhere) == (0, (
         "smooth=auto: none: 1000 rows of pool are too few for 10 neighbours a row over 10 labels (at least 2000); "
-        "smooth=K asks for K anyway."))
-    within = {"kind": "prototype", "data": "synth", "teachers": ["en-topics"]}
-    assert neighbours_for("auto", 10, within, 2000, 12, "pool", "minilm-l6") == (0, (
+        "smooth=K asks for K anyway."), "1,000 rows, fewer than the 2,000 it needs")
+    assert smooth(2000, 12, prior("synth", ["en-topics"]))[:2] == (0, (
         "smooth=auto: none: the prior's check found that minilm-l6 does not read every teacher's rows of pool; "
         "smooth=K asks for K anyway."))
-    for none in (None, {"kind": "none", "data": None, "teachers": None}):
-        assert neighbours_for("auto", 10, none, 2000, 10, "pool", "minilm-l6") == (0, (
+    for none in (None, prior(None)):
+        assert smooth(2000, 10, none)[:2] == (0, (
             "smooth=auto: none: it smooths only beside a prior over every label, whose check shows that minilm-l6 "
             "reads the transfer rows; smooth=K asks for K anyway."))
-    assert neighbours_for(3, 3, None, 12, 10, "pool", "minilm-l6") == (3, None)  # asked for: no check
 
 
 def test_neighbour_mean_averages_a_row_and_its_neighbours_with_equal_weights():
@@ -65,19 +78,15 @@ def test_pick_agreement_counts_neighbours_sharing_the_rows_pick_against_chance()
     # agreeing neighbours: 2 + 1 + 1 + 1 + 2 = 7 of 10; chance 0.6^2 + 0.4^2 = 0.52; kappa 0.18 / 0.48 = 0.375
     agreement = pick_agreement(confidence, neighbours)
     assert np.isclose(agreement.agreement, 0.7) and np.isclose(agreement.chance, 0.52)
-    assert np.isclose(agreement.kappa, 0.375) and agreement.clear
-    assert not PickAgreement(0.6, 0.52).clear                          # kappa 0.17: below the 0.2 auto wants
+    assert np.isclose(agreement.kappa, 0.375) and picks_agree(agreement)
+    assert not picks_agree(PickAgreement(0.6, 0.52))                         # kappa 0.17: below the 0.2 auto wants
     assert PickAgreement(1.0, 1.0).kappa == 0.0                        # every row picks one teacher: nothing to read
 
 
 def test_pick_smooth_line_says_what_was_done_or_why_not():
     used = {"neighbours": 10, "used": True, "agreement": 0.7965, "chance": 0.5029, "kappa": 0.5906}
     assert pick_smooth_line("auto", used, "pool", "minilm-l6") == (
-        "pick_smooth=auto: each row's teacher is picked by its confidence averaged with its 10 nearest rows' of pool "
-        "in minilm-l6 (their picks agree with the row's on 79.7% against a chance of 50.3%, kappa 0.59; no labels; "
-        "pick_smooth=0 turns it off).")
+        "pick_smooth=auto: each pick averaged over the 10 nearest rows of pool in minilm-l6 (kappa 0.59)")
     unused = {"neighbours": 10, "used": False, "agreement": 0.55, "chance": 0.5, "kappa": 0.1}
     assert pick_smooth_line("auto", unused, "pool", "minilm-l6") == (
-        "pick_smooth=auto: none: the 10 nearest rows of pool in minilm-l6 do not share a row's pick clearly beyond "
-        "chance (their picks agree with the row's on 55.0% against a chance of 50.0%, kappa 0.10; at least 0.2 "
-        "wanted); pick_smooth=K asks for K anyway.")
+        "pick_smooth=auto: none: the 10 nearest rows' picks agree at kappa 0.10 (< 0.2) on pool")

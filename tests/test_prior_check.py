@@ -104,20 +104,21 @@ def test_rows_a_selector_gives_a_teacher_by_mistake_do_not_pass_the_check_for_it
 
 
 def test_the_prior_follows_the_check_teacher_by_teacher():
-    from kamalcli.probe.auto_score import decide_prior
     from kamalcli.probe.prior_check import Agreement, PriorCheck
+    from kamalcli.recipe.recipe import carries_selection, decide_prior
 
     plan = SimpleNamespace(dataset=SimpleNamespace(name="synth", label_counts={"x": 2, "y": 2, "z": 2}))
     read = Agreement("a", 100, 90, 0.5)       # clearly above chance agreement
     unread = Agreement("b", 100, 52, 0.5)     # at chance
     everywhere = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [read, read]))
-    assert everywhere.data == "synth" and everywhere.teachers is None and everywhere.carries_selection
+    assert everywhere.value == "synth" and everywhere.evidence["teachers"] is None and carries_selection(everywhere)
     within = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [read, unread]))
-    assert within.data == "synth" and within.teachers == ["a"] and not within.carries_selection
+    assert within.evidence["data"] == "synth" and within.evidence["teachers"] == ["a"]
+    assert within.value == "synth within a" and not carries_selection(within)
     assert within.line.startswith("prior=auto: within the labels of a only, the target's classes are multiplied")
     assert "b: 52.0% of 100 rows" in within.line and within.as_json()["teachers"] == ["a"]
     nowhere = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [unread, unread]))
-    assert nowhere.data is None and nowhere.line.startswith("prior=auto: none: the prototypes of synth in minilm-l6 "
+    assert nowhere.value is None and nowhere.line.startswith("prior=auto: none: the prototypes of synth in minilm-l6 "
                                                             "do not read every teacher's rows of pool")
     assert nowhere.as_json()["check"]["passed"] is False
     assert "(checked against the transfer rows when a student trains)" in decide_prior(plan, ["x", "y", "z"]).line
@@ -137,25 +138,26 @@ def test_a_prior_within_some_teachers_reshapes_their_classes_and_keeps_every_tea
 
 def test_the_decision_where_the_prototypes_may_not_read_a_teacher_reads_alike_in_report_and_html(capsys):
     from kamalcli.cli.probe_cmds import _selection_summaries
-    from kamalcli.probe.auto_score import Figure, _if_unread, decide
+    from kamalcli.probe.measured import Figure
+    from kamalcli.recipe.recipe import Recipe, _if_unread, choose_score
     from kamalcli.report.gather import Report
     from kamalcli.report.html import selection_section
 
     # generated rows only: the prototype score leads; without it rmd does (both clearly above chance)
     figures = [Figure("prototype", "synth", True, 200, 0.95, 0.5), Figure("rmd", "synth", True, 200, 0.80, 0.5),
                Figure("entropy", "synth", True, 200, 0.52, 0.5)]
-    decision = decide(figures, (3, 3))
-    unread = _if_unread(figures, [SimpleNamespace(labels=("a", "b", "c"))] * 2, decision)
-    assert decision.score == "prototype" and unread["score"] == "rmd"
-    record = {"teachers": ["news", "money"], **decision.as_json(), "unread": unread}
+    decision = choose_score(figures, (3, 3))
+    unread = _if_unread(SimpleNamespace(figures=figures, label_counts=(3, 3)), Recipe((decision,)))
+    assert decision.value == "prototype" and unread["score"] == "rmd"
+    record = {"teachers": ["news", "money"], "recipe": Recipe((decision,)).as_json(), "unread": unread}
 
-    _selection_summaries([], [record])
-    text = capsys.readouterr().out
+    _selection_summaries([], [record], verbose=True)
+    text = capsys.readouterr().err
     expected = ("Where the prototypes do not read some teacher's transfer rows (not checked here: `kamal probe` "
                 f"checks the transfer sets, kamal amalgamate its --data; then no prototype score, and the prior only "
                 f"within the teachers they read): {unread['line']} {unread['commit']['line']}")
-    assert "  " + expected + "\n" in text and "rmd" in unread["line"]
+    assert expected + "\n" in text and "rmd" in unread["line"]
     row = {"data": "synth", "teachers": ["news", "money"], "options_key": "k", "score": "rmd", "accuracy": 0.8,
            "auroc": None, "target_accuracy": None, "rows": 200}
-    page = selection_section(Report(workspace="w", teachers=[], selection=[row], auto=[record]))
+    page = selection_section(Report(workspace="w", teachers=[], selection=[row], recipes=[record]))
     assert escape(expected) in page

@@ -39,15 +39,16 @@ def test_the_prior_is_the_softmax_of_cosines_at_temperature_0_1_over_every_label
 def test_the_prior_is_decided_on_labelled_text_holding_every_label():
     from types import SimpleNamespace
 
-    from kamalcli.probe.auto_score import decide_prior
+    from kamalcli.recipe.recipe import decide_prior
 
     synth = SimpleNamespace(name="synth", label_counts={"a": 3, "B": 2})
     plan = SimpleNamespace(dataset=synth)
     prior = decide_prior(plan, ["a", "b"], canonical=str.lower)  # B merged into b (kamal labels merge)
-    assert prior.data == "synth" and prior.as_json()["kind"] == "prototype"
+    assert prior.value == "synth" and prior.as_json()["kind"] == "prototype"
     assert prior.line.startswith("prior=auto: the target is multiplied by the class probabilities")
     missing = decide_prior(plan, ["a", "b", "c"], canonical=str.lower)
-    assert missing.data is None and missing.line == "prior=auto: none: synth has no rows of c."
+    assert missing.value is None and missing.reason == "synth has no rows of c"
+    assert missing.line == "prior=auto: none: synth has no rows of c."
     assert decide_prior(SimpleNamespace(dataset=None), ["a"]).line.startswith("prior=auto: none: no labelled text")
     assert decide_prior(plan, ["a", "b"], str.lower, encoder_error="minilm-l6 is not installed").line == (
         "prior=auto: none: minilm-l6 is not installed.")

@@ -56,6 +56,8 @@ def test_the_report_holds_every_section_and_nothing_from_the_network(full_worksp
     assert html.count('aria-label="Confusion matrix"') == 2 and html.count('aria-label="F1 per class (%)"') == 2
     assert "not recorded" not in html
     assert html.count("Decided when it trained: score=") == 2  # each student's auto choices, as it recorded them
+    assert html.count("Decided before it trained:") == 2  # each student's recipe, as kamal amalgamate printed it
+    assert "The next muki-hard student of news, money decides" in html  # what the next amalgamate would decide
     assert "<b>v2</b>" in html and "+2 new (health, arts)" in html  # lineage
     assert "baseline ensemble" in html
     assert len(html.encode()) < 2_000_000

@@ -1,4 +1,4 @@
-"""benchmarks/steering_speed.py, where the GPU steering figures come from, runs from a shapes folder (tiny here)."""
+"""`benchmarks/run.py steering-speed`, where the GPU steering figures come from, runs from a shapes folder (tiny here)."""
 
 import subprocess
 import sys
@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import tiny
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "steering_speed.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
 
 
 @pytest.mark.slow  # a subprocess that imports torch and transformers: the real-model tier's
 def test_steering_speed_runs_from_shapes_and_prints_every_configuration(tmp_path):
     tiny.make_causal_lm(tmp_path / "shapes" / "lm")
     tiny.make_classifier(tmp_path / "shapes" / "teacher", ["a", "b"])
-    done = subprocess.run([sys.executable, str(SCRIPT), "--shapes", str(tmp_path / "shapes"), "--device", "cpu",
+    done = subprocess.run([sys.executable, str(SCRIPT), "steering-speed", "--shapes", str(tmp_path / "shapes"), "--device", "cpu",
                            "--batches", "1", "--batch-size", "2"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in done.stdout.splitlines()

@@ -154,7 +154,7 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     assert info["blocks"] == [[[1], [1]], [[2], [2]]]
     assert 0 <= info["amal_mean_cosine_last_batch"] < 0.99
     assert kamal.json("eval", "strata", "--data", "test")["accuracy"] is not None
-    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args,
+    out = kamal("--verbose", "amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki", *args,
                 "--option", f"encoder={assets['encoder']}", "--option", "score=rmd+prototype",
                 "--option", "prior=prototype").output  # named: the tiny encoder's prototypes read nothing
     # the teachers were added (kamal has not their training rows): RMD is fitted on the generated text, and the
@@ -172,7 +172,8 @@ def test_stratanet_trains_a_student_on_generated_text(kamal, trained, assets, lm
     assert muki["train"]["objective"]["prior"] == "prototype" and muki["train"]["objective"]["commit"] == 0
     assert next(r for r in kamal.json("runs") if r["name"] == "muki")["params"]["rmd_fit"] == "synth"  # for --resume
     # score=auto with no selection measured for these teachers takes no fitted score (issue 34), and fits nothing
-    out = kamal("amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-auto", *args).output
+    out = kamal("--verbose", "amalgamate", "--method", "muki-hard", "--data", "synth", "--name", "muki-auto",
+                *args).output
     assert "No selection is measured for these teachers yet" in out and "fitted on synth" not in out
     auto = next(s for s in kamal.json("students") if s["name"] == "muki-auto")["train"]["objective"]
     assert auto["score"] == auto["auto"]["score"] == "mc-dropout"

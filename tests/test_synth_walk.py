@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 import tiny
+from conftest import unfolded
 
 SMALL = ["--per-class", 2, "--max-new-tokens", 4, "--batch-size", 2, "--top-m", 5]
 TRAIN = ["--epochs", 1, "--lr", "2e-3", "--batch-size", 16, "--max-length", 32]
@@ -106,7 +107,7 @@ def test_rows_where_steering_failed_are_dropped_counted_and_named(added, lm, mon
     _scripted(monkeypatch, {"world": [0.36], "sports": [0.9], "business": [0.8], "scitech": [0.3, 0.6]})
     result = added("synthesize", "--lm", lm, "--name", "synth", *SMALL, "--min-steering-p", 0.5)
     assert "Added transfer data synth: 5 generated rows, 3 classes" in result.stdout
-    warning = [line for line in result.stderr.splitlines() if line.startswith("Warning")]
+    warning = [line for line in unfolded(result.stderr).splitlines() if line.startswith("Warning")]
     assert warning == [
         "Warning: steering failed on 3 of 8 rows (the steering teacher gave its class p < 0.5), dropped: "
         "news/world 2 of 2 (p(class) 0.36, other teachers 0.77), money/scitech 1 of 2 (p(class) 0.3, other teachers 0.77)",
@@ -136,7 +137,8 @@ def test_by_default_weak_rows_are_kept_counted_and_named(added, lm, monkeypatch)
     _scripted(monkeypatch, {"world": [0.36], "sports": [0.9], "business": [0.8], "scitech": [0.3, 0.6]})
     result = added("synthesize", "--lm", lm, "--name", "synth", *SMALL)
     assert "Added transfer data synth: 8 generated rows, 4 classes" in result.stdout
-    assert [line for line in result.stderr.splitlines() if line.startswith(("Note: the steering", "Warning"))] == [
+    assert [line for line in unfolded(result.stderr).splitlines()
+            if line.startswith(("Note: the steering", "Warning"))] == [
         "Note: the steering teacher gave its class p < 0.5 on 3 of 8 rows, kept (a teacher unsure of a class is "
         "often unsure of text that is right; --min-steering-p 0.5 drops them): news/world 2 of 2 (p(class) 0.36), "
         "money/scitech 1 of 2 (p(class) 0.3)"]

@@ -48,21 +48,22 @@ def test_a_teacher_given_fewer_than_two_rows_keeps_its_column():
 
 def test_refit_only_for_an_rmd_selection_the_check_fails_for():
     from kamalcli.probe.prior_check import Agreement, PriorCheck
-    from kamalcli.probe.transfer_refit import decide_refit
+    from kamalcli.recipe.recipe import decide_refit
 
     read, unread = Agreement("en", 100, 90, 0.5), Agreement("zh", 100, 52, 0.5)
     failing = PriorCheck("pool", "rmd", [read, unread])
     refit = decide_refit(failing, "rmd", "pool")
-    assert refit.teachers == ["zh"] and refit.as_json() == {"teachers": ["zh"], "rounds": 3, "line": refit.line}
+    assert refit.value == "zh" and refit.as_json() == {"value": "zh", "reason": "the generated text does not read zh's rows",
+                                                       "teachers": ["zh"], "rounds": 3, "line": refit.line}
     assert refit.line == ("refit=auto: zh's RMD is fitted again on the rows of pool selection gives it (the surer "
                           "half, its own predicted classes; no labels), because the prior's check finds the generated "
                           "text does not read its rows; up to 3 rounds (refit=none keeps the fit on the generated "
                           "text).")
-    assert decide_refit(failing, "mc-dropout", "pool").teachers == [] and not decide_refit(failing, "entropy", "p").line
+    assert decide_refit(failing, "mc-dropout", "pool").value is None and not decide_refit(failing, "entropy", "p").line
     passing = decide_refit(PriorCheck("pool", "rmd", [read, read]), "rmd", "pool")
-    assert passing.teachers == [] and passing.line == ""  # the prior's line already says the check passes
+    assert passing.value is None and passing.line == ""  # the prior's line already says the check passes
     unmade = decide_refit(None, "rmd", "pool")
-    assert unmade.teachers == [] and unmade.line.startswith("refit=auto: none: the prior's check of pool was not made")
+    assert unmade.value is None and unmade.line.startswith("refit=auto: none: the prior's check of pool was not made")
 
 
 def test_amalgamate_refits_the_teachers_the_check_fails_for_and_records_it(two_teachers, assets, monkeypatch):
@@ -78,7 +79,7 @@ def test_amalgamate_refits_the_teachers_the_check_fails_for_and_records_it(two_t
         return PriorCheck(dataset.name, "rmd", [Agreement("news", 100, 95, 0.5), Agreement("money", 100, 50, 0.5)])
 
     monkeypatch.setattr(prior_check, "transfer_check", money_unread)
-    result = two_teachers("amalgamate", "--method", "muki-hard", "--option", "score=rmd", "--option", "prior=none",
+    result = two_teachers("--verbose", "amalgamate", "--method", "muki-hard", "--option", "score=rmd", "--option", "prior=none",
                           "--mc-samples", "2", "--name", "refitted", *train_args(assets))
     assert seen == [("pool", None)]
     assert "refit=auto: money's RMD is fitted again on the rows of pool" in result.output
@@ -89,8 +90,8 @@ def test_amalgamate_refits_the_teachers_the_check_fails_for_and_records_it(two_t
     assert students["refitted"]["train"]["objective"]["refit"] == ["money"]
     assert "refit" not in students["kept"]["train"]["objective"] and students["kept"]["options"]["refit"] == "none"
     runs = {r["params"]["name"]: r for r in two_teachers.json("runs") if r["kind"] == "amalgamate"}
-    assert runs["refitted"]["params"]["refit"]["teachers"] == ["money"]  # a resumed run refits the same
-    assert runs["kept"]["params"]["refit"] is None
+    assert runs["refitted"]["params"]["recipe"]["refit"]["teachers"] == ["money"]  # a resumed run refits the same
+    assert "refit" not in runs["kept"]["params"]["recipe"]
 
 
 def test_the_report_says_which_teachers_a_student_would_refit(capsys):
@@ -98,20 +99,20 @@ def test_the_report_says_which_teachers_a_student_would_refit(capsys):
 
     from kamalcli.cli.probe_cmds import _selection_summaries
     from kamalcli.probe.prior_check import Agreement, PriorCheck
-    from kamalcli.probe.transfer_refit import decide_refit
+    from kamalcli.recipe.recipe import Recipe, decide_refit
     from kamalcli.report.gather import Report
     from kamalcli.report.html import selection_section
 
     refit = decide_refit(PriorCheck("pool", "rmd", [Agreement("en", 100, 90, 0.5), Agreement("zh", 100, 52, 0.5)]),
                          "rmd", "pool")
-    record = {"teachers": ["en", "zh"], "score": "rmd", "line": "score=auto: rmd.", "figure": None,
-              "refit": refit.as_json()}
-    kept = {**record, "teachers": ["en", "de"], "refit": decide_refit(None, "entropy", "pool").as_json()}
-    _selection_summaries([], [record, kept])
-    text = capsys.readouterr().out
-    assert f"  muki, {refit.line}\n" in text and text.count("refit=auto") == 1
-    assert text.count("  muki, pick_smooth=auto and muki-hard's smooth=auto are decided on the rows a student trains on") == 2
+    record = {"teachers": ["en", "zh"], "recipe": Recipe((refit,)).as_json()}
+    kept = {"teachers": ["en", "de"], "recipe": Recipe((decide_refit(None, "entropy", "pool"),)).as_json()}
+    _selection_summaries([], [record, kept], verbose=True)
+    said = capsys.readouterr()
+    assert "  refit  zh  the generated text does not read zh's rows\n" in said.out
+    assert "  refit  none  entropy reads no RMD\n" in said.out
+    assert f"{refit.line}\n" in said.err and said.err.count("refit=auto") == 1  # the evidence, under --verbose
     row = {"data": "synth", "teachers": ["en", "zh"], "options_key": "k", "score": "rmd", "accuracy": 0.8,
            "auroc": None, "target_accuracy": None, "rows": 200}
-    page = selection_section(Report(workspace="w", teachers=[], selection=[row], auto=[record, kept]))
-    assert f" muki, {escape(refit.line)}" in page and page.count("refit=auto") == 1
+    page = selection_section(Report(workspace="w", teachers=[], selection=[row], recipes=[record, kept]))
+    assert escape(refit.line) in page and page.count("refit=auto") == 1

@@ -68,9 +68,10 @@ def _usage_error(ctx: click.Context, error: click.UsageError):
     "--workspace", "-w", metavar="PATH", envvar="KAMAL_WORKSPACE",
     help="Workspace folder (default: $KAMAL_WORKSPACE, else the nearest parent with kamal.toml).",
 )
+@click.option("--verbose", "-v", is_flag=True, help="Also print the evidence behind each decision kamal makes.")
 @click.version_option(__version__, prog_name="kamal")
 @click.pass_context
-def cli(ctx: click.Context, workspace: str | None) -> None:
+def cli(ctx: click.Context, workspace: str | None, verbose: bool) -> None:
     """Merge fine-tuned text classifiers with different label sets into one student,
     using only unlabelled text (knowledge amalgamation).
 
@@ -84,7 +85,7 @@ def cli(ctx: click.Context, workspace: str | None) -> None:
       kamal export v1 --onnx
     """
     prepare_environment()
-    ctx.obj = App(workspace_option=workspace)
+    ctx.obj = App(workspace_option=workspace, verbose=verbose)
 
 
 def _register() -> None:

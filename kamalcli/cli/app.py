@@ -17,6 +17,7 @@ from kamalcli.workspace.folder import Workspace, find_workspace
 @dataclass
 class App:
     workspace_option: str | None = None
+    verbose: bool = False  # --verbose: the evidence behind each decision (kamal's lines are short without it)
     _workspace: Workspace | None = field(default=None, repr=False)
 
     @property
@@ -29,6 +30,13 @@ class App:
         """A command-line value if given, else the workspace's kamal.toml, else the default (the setting's own
         unless another is given)."""
         return given if given is not None else self.workspace.setting(section, key, default)
+
+    @property
+    def detail(self):
+        """Where the evidence lines go: stderr with --verbose, nowhere without it."""
+        from kamalcli.cli.render import evidence
+
+        return evidence if self.verbose else None
 
     def device(self, given: str | None) -> str:
         return self.setting("workspace", "device", given)

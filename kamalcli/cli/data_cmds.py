@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.render import emit_json, json_option, note, table
+from kamalcli.cli.render import echo, emit_json, json_option, note, table
 from kamalcli.errors import KamalError
 
 
@@ -78,10 +78,10 @@ def data_list(app: App, as_json: bool) -> None:
 
     for d in found:
         if d.provenance and d.provenance.get("kind") == "converted":
-            click.echo(f"{d.name}: converted by kamal ({d.provenance['converter']}) from {d.provenance['source']['file']}")
+            echo(f"{d.name}: converted by kamal ({d.provenance['converter']}) from {d.provenance['source']['file']}")
         elif d.provenance:
             q = d.provenance["quality"]["overall"]
-            click.echo(f"{d.name}: {provenance_line(d.provenance)}")
+            echo(f"{d.name}: {provenance_line(d.provenance)}")
             click.echo(f"  steering teacher p(class) {_f(q['steering_p'])}, other teachers' confidence "
                        f"{_f(q['others_confidence'])}, in its domain {_f(q.get('in_domain'))}, "
                        f"distinct-2 {_f(q['distinct_2'])}, near-duplicates {_f(q['near_duplicates'])} "

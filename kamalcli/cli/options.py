@@ -24,6 +24,16 @@ class LazyHelpOption(click.Option):
         return super().get_help_record(ctx)
 
 
+def verbose_option(command):
+    """--verbose / -v on a command as on `kamal` itself: the evidence behind each decision kamal makes."""
+    def turn_on(ctx: click.Context, param, value: bool) -> None:
+        if value:
+            ctx.ensure_object(App).verbose = True
+
+    return click.option("--verbose", "-v", is_flag=True, expose_value=False, callback=turn_on,
+                        help="Also print the evidence behind each decision kamal makes.")(command)
+
+
 def trained_methods() -> list[str]:
     """The methods that train a student (the baselines ensemble and teacher do not), from the registry."""
     from kamalcli.methods import REGISTRY

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.options import distributed_options
-from kamalcli.cli.render import emit_json, json_option, note, pct, table
+from kamalcli.cli.options import distributed_options, verbose_option
+from kamalcli.cli.render import echo, emit_json, evidence, json_option, note, pct, table
 from kamalcli.settings import PROBE, shown
 
 
@@ -31,11 +31,13 @@ from kamalcli.settings import PROBE, shown
                    "confidence converges (at least 2 passes, at most K).")
 @click.option("--seed", type=int, help="Seed for the dropout masks (default: the workspace seed).")
 @distributed_options
+@verbose_option
 @pass_app
 def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit, rmd_layers, batch_size,
           max_length, device, mc_mode, mc_exact, seed, backend) -> None:
     """Measure every teacher on every dataset once: MC-dropout uncertainty, ECE, RMD, selection."""
     from kamalcli.probe.service import ProbeRequest, probe_workspace
+    from kamalcli.recipe.recipe import probe_score
 
     request = ProbeRequest(
         mc_samples=app.setting("probe", "mc_samples", mc_samples),
@@ -57,13 +59,17 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
         summary = probe_workspace(
             app.workspace, store, request, teacher_names=teacher_names, dataset_names=data_names,
             rmd=use_rmd, rmd_fit=rmd_fit, device=app.device(device),
-            batch_size=batch, mode=mc_mode, say=note,
+            batch_size=batch, mode=mc_mode, say=note, decide_score=probe_score,
         )
     _probed(summary)
     for name, result in summary["selection"].items():
         _selection_table(name, result)
     if summary.get("auto"):  # what kamal amalgamate would train with given the same --rmd-fit
-        click.echo((f"With --rmd-fit {rmd_fit}, " if rmd_fit else "") + summary["auto"]["line"])
+        decided = summary["auto"]
+        echo((f"With --rmd-fit {rmd_fit}, " if rmd_fit else "") + f"score=auto selects with {decided['value']}: "
+             f"{decided['reason']} (`kamal report`: the whole recipe)")
+        if app.verbose:
+            evidence(decided["line"])
     click.echo("See `kamal report` for calibration and selection per teacher.")
 
 
@@ -99,6 +105,7 @@ def _selection_table(dataset: str, result: dict) -> None:
 @click.option("--force", is_flag=True,
               help="With --html: replace an existing file that is not a kamal report (never the workspace's "
                    "own files, nor a teacher's, student's or export's folder).")
+@verbose_option
 @pass_app
 def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
     """Probe results: uncertainty, calibration (ECE) in and out of domain, and selection quality."""
@@ -112,7 +119,7 @@ def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
     from kamalcli.report.gather import text_report
 
     with app.reader() as store:
-        gathered = text_report(store, app.workspace)
+        gathered = text_report(store, app.workspace, default_student_options())
     if as_json:
         emit_json(gathered)
         return
@@ -122,7 +129,7 @@ def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
         click.echo("No probes yet: run `kamal probe`.")
         return
     _probe_tables(gathered["probes"])
-    _selection_summaries(gathered["selection"], gathered["auto"])
+    _selection_summaries(gathered["selection"], gathered["recipes"], app.verbose)
 
 
 def _probe_tables(probe_rows: list[dict]) -> None:
@@ -145,43 +152,39 @@ def _probe_tables(probe_rows: list[dict]) -> None:
                for r in token_rows])
 
 
-def _selection_summaries(selections: list[dict], decisions: list[dict]) -> None:
+def _selection_summaries(selections: list[dict], recipes: list[dict], verbose: bool = False) -> None:
     """Per dataset and teachers: each score's selection quality and the best one, with the rows it rests on;
-    then per set of teachers what score=auto selects with, the one recommendation (kamalcli/probe/auto_score.py:
-    only a figure clearly above chance, labelled rows before generated ones)."""
-    from kamalcli.probe.auto_score import USABLE, unread_sentence
+    then per set of teachers the recipe the next kamal amalgamate would decide (kamalcli/recipe/recipe.py), with
+    its evidence under --verbose."""
+    from kamalcli.probe.measured import USABLE
+    from kamalcli.recipe.recipe import unread_sentence
     from kamalcli.probe.service import selection_groups
 
     for data, names, rows, best in selection_groups(selections):
         _selection_table(f"{data} ({', '.join(names)})", {r["score"]: r for r in rows})
         in_sample = [r["score"] for r in rows if r.get("in_sample")]
         if in_sample:
-            click.echo(f"On {data}, {', '.join(in_sample)} are fitted on these very rows: in-sample, not counted.")
+            echo(f"On {data}, {', '.join(in_sample)} are fitted on these very rows: in-sample, not counted.")
         cross_fitted = [r for r in rows if r.get("cross_fitted")]
         if cross_fitted:
-            click.echo(f"On {data}, {', '.join(r['score'] for r in cross_fitted)} are fitted on these rows and measured "
+            echo(f"On {data}, {', '.join(r['score'] for r in cross_fitted)} are fitted on these rows and measured "
                        f"cross-fitted: each of {cross_fitted[0]['cross_fitted']} folds scored by a fit on the others.")
         if best:
             only = "" if best["score"] in USABLE else " (measured only: no student selects with it)"
-            balanced = (f" (balanced over teachers: {pct(best['balanced'])}%)" if best.get("balanced") is not None
-                        else "")
-            click.echo(f"On {data}, {best['score']} selects the right teacher most often{balanced}: "
-                       f"{_figure(best)}{only}.")
-    for decision in decisions:
-        click.echo(f"{', '.join(decision['teachers'])}: {decision['line']}")
-        if decision["figure"]:
-            click.echo(f"  MUKI methods select with it by default (score=auto); to name it: "
-                       f"kamal amalgamate --method muki-hard --option score={decision['score']}")
-        if decision.get("prior"):
-            click.echo(f"  muki-hard, {decision['prior']['line']}")
-        if decision.get("commit"):
-            click.echo(f"  muki-hard, {decision['commit']['line']}")
-        if decision.get("refit") and decision["refit"]["line"]:
-            click.echo(f"  muki, {decision['refit']['line']}")
-        if decision.get("unread"):
-            click.echo(f"  {unread_sentence(decision['unread'])}")
-        click.echo("  muki, pick_smooth=auto and muki-hard's smooth=auto are decided on the rows a student trains on: "
-                   "kamal amalgamate says what it decided, kamal report --html names each student's choices")
+            balanced = f" (balanced {pct(best['balanced'])}%)" if best.get("balanced") is not None else ""
+            echo(f"On {data}, {best['score']} picks the right teacher most often{balanced}: {_figure(best)}{only}.")
+    from kamalcli.recipe.recipe import Recipe
+
+    for entry in recipes:
+        title = f"{', '.join(entry['teachers'])}: the next `kamal amalgamate --method muki-hard` decides"
+        recipe = Recipe.from_json(entry["recipe"])
+        for line in recipe.table(title):
+            echo(line)
+        if verbose:
+            for line in recipe.lines():
+                evidence(line)
+            if entry.get("unread"):
+                evidence(unread_sentence(entry["unread"]))
 
 
 def _figure(row: dict) -> str:
@@ -198,7 +201,7 @@ def _generated_tables(generated: list[dict]) -> None:
     from kamalcli.cli.synth_cmds import provenance_line, show_quality
 
     for g in generated:
-        click.echo(f"{g['data']}: {provenance_line(g)}")
+        echo(f"{g['data']}: {provenance_line(g)}")
         show_quality(g["quality"])
 
 
@@ -219,6 +222,13 @@ def _policy_tables(policies: list[dict]) -> None:
             click.echo(f"  Its selected teacher owns the gold label: {listed}.")
 
 
+def default_student_options():
+    """The options of kamal's default student (muki-hard, no options): the recipe kamal report shows is theirs."""
+    from kamalcli.methods import get_method
+
+    return get_method("muki-hard").parse([])
+
+
 def _html_report(app: App, path: str, as_json: bool, force: bool) -> None:
     from pathlib import Path
 
@@ -232,11 +242,12 @@ def _html_report(app: App, path: str, as_json: bool, force: bool) -> None:
         if as_json:
             raise KamalError("--html - and --json would both write to standard output: choose one")
         with app.reader() as store:
-            text, _ = html_report(app.workspace, store)
+            text, _ = html_report(app.workspace, store, default_student_options())
         click.echo(text, nl=False)
         return
     with app.reader() as store:
-        written = write_html_report(app.workspace, store, Path(path).expanduser().resolve(), force=force)
+        written = write_html_report(app.workspace, store, Path(path).expanduser().resolve(), force=force,
+                                    student_options=default_student_options())
     if as_json:
         emit_json(written)
         return

@@ -10,6 +10,9 @@ from typing import Any, Iterable, Sequence
 import click
 
 
+WIDTH = 160  # every line kamal prints by default fits this; the evidence goes to --verbose and --json
+
+
 def console(stderr: bool = False):
     from rich.console import Console
 
@@ -17,7 +20,7 @@ def console(stderr: bool = False):
     # Piped output (a log, a file) gets wide tables rather than 80-column wrapping.
     # A terminal narrower than a table folds its cells to nothing (rows print as empty boxes): at least 80.
     stream = sys.stderr if stderr else sys.stdout
-    width = max(shutil.get_terminal_size((80, 24)).columns, 80) if stream.isatty() else 200
+    width = min(max(shutil.get_terminal_size((80, 24)).columns, 80), WIDTH) if stream.isatty() else WIDTH
     return Console(file=stream, highlight=False, soft_wrap=False, width=width)
 
 
@@ -26,8 +29,33 @@ def emit_json(data: Any) -> None:
 
 
 def note(message: str) -> None:
-    """A line for the person at the terminal (stderr, so --json output stays clean)."""
+    """A line for the person at the terminal (stderr, so --json output stays clean), folded at WIDTH."""
+    click.echo(fitted(message), err=True)
+
+
+def evidence(message: str) -> None:
+    """A line of evidence (--verbose): stderr, whole, however long."""
     click.echo(message, err=True)
+
+
+def echo(message: str) -> None:
+    """A line of a command's own output (stdout), folded at WIDTH."""
+    click.echo(fitted(message))
+
+
+def fitted(message: str) -> str:
+    """message with every line longer than WIDTH folded at spaces, the rest indented by two."""
+    import textwrap
+
+    out = []
+    for line in message.splitlines() or [""]:
+        if len(line) <= WIDTH:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(line, WIDTH, subsequent_indent=indent + "  ", break_long_words=True,
+                             break_on_hyphens=False)
+    return "\n".join(out)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], empty: str = "nothing yet") -> None:

@@ -6,7 +6,7 @@ import click
 
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.options import (LazyHelpOption, distributed_options, mc_exact_option, probe_settings, reprobe_option,
-                                  train_options, train_settings, trained_methods)
+                                  train_options, train_settings, trained_methods, verbose_option)
 from kamalcli.cli.render import emit_json, json_option, note, pct, table
 from kamalcli.errors import KamalError
 from kamalcli.settings import PROBE, shown
@@ -57,6 +57,7 @@ def methods(as_json: bool) -> None:
 @mc_exact_option
 @train_options
 @distributed_options
+@verbose_option
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, init, name, options, teacher_names, data, select_by,
                mc_samples, rmd_fit, gold, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
@@ -71,7 +72,7 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
         if given:
             raise KamalError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
         with app.job(app.device(device), backend) as store:
-            student = service.resume(app.workspace, store, resume, say=note)
+            student = service.resume(app.workspace, store, resume, say=note, detail=app.detail)
         _trained(student)
         return
     if not method:
@@ -86,7 +87,7 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
         device=app.device(device), reprobe=reprobe, gold=gold,
     )
     with app.job(app.device(device), backend) as store:
-        student = service.amalgamate(app.workspace, store, request, say=note)
+        student = service.amalgamate(app.workspace, store, request, say=note, detail=app.detail)
     _trained(student)
 
 
@@ -104,6 +105,7 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
 @mc_exact_option
 @train_options
 @distributed_options
+@verbose_option
 @pass_app
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
            reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, device, backend) -> None:
@@ -120,7 +122,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
     )
     with app.job(app.device(device), backend) as store:
         student = run_extend(app.workspace, store, base, student_name=student_name,
-                             teacher_names=list(teacher_names), refine=refine, say=note)
+                             teacher_names=list(teacher_names), refine=refine, say=note, detail=app.detail)
     _trained(student)
 
 

@@ -14,7 +14,7 @@ a teacher's rows by how sure the pick is, without letting one teacher's
 general confidence set its share of the loss; reweight=true is the paper's
 margin as it is (paper=true). pick_smooth=auto averages each row's
 confidences over its nearest transfer rows before the pick, where their own
-picks agree with the row's beyond chance (kamalcli/probe/neighbours.py).
+picks agree with the row's beyond chance (kamalcli/recipe/recipe.py).
 
 Token level (named entities): a teacher's confidence on a word is computed from
 its distribution over its own entity tags only (O removed, renormalised),
@@ -92,13 +92,11 @@ class MukiOptions(Options):
 
     @property
     def pick_neighbours(self) -> int:
-        """How many nearest transfer rows each row's confidence is averaged with before the pick (auto: 10, where
-        the neighbours' picks agree with the row's; paper=true: none)."""
-        from kamalcli.probe.neighbours import PICK_NEIGHBOURS
+        """How many nearest transfer rows each row's confidence is averaged with before the pick (auto: the
+        recipe's, where the neighbours' picks agree with the row's; paper=true: none)."""
+        from kamalcli.recipe.recipe import pick_neighbours
 
-        if self.paper:
-            return 0
-        return PICK_NEIGHBOURS if self.pick_smooth == "auto" else int(self.pick_smooth)
+        return pick_neighbours(self)
 
     @property
     def confidence_score(self) -> str:
@@ -107,10 +105,11 @@ class MukiOptions(Options):
 
     @property
     def reweighting(self) -> str:
-        """margin (the paper's), per-teacher (that margin scaled to mean 1 within each picked teacher's rows) or none."""
-        if self.reweight == "auto":
-            return "margin" if self.paper else "per-teacher"
-        return {True: "margin", False: "none"}.get(self.reweight, self.reweight)
+        """margin (the paper's), per-teacher (that margin scaled to mean 1 within each picked teacher's rows) or
+        none; reweight=auto as the recipe decides."""
+        from kamalcli.recipe.recipe import reweighting
+
+        return reweighting(self)
 
 
 Prior = Literal["auto", "prototype", "none"]
@@ -132,16 +131,15 @@ class MukiHardOptions(MukiOptions):
 
     @property
     def neighbours(self) -> int:
-        """How many nearest transfer rows each row's target is averaged with (smooth=auto: 10; paper=true: none)."""
-        from kamalcli.probe.neighbours import SMOOTH_NEIGHBOURS
+        """How many nearest transfer rows each row's target may be averaged with (smooth=auto: the recipe's at
+        most; paper=true: none)."""
+        from kamalcli.recipe.recipe import smooth_neighbours
 
-        if self.paper:
-            return 0
-        return SMOOTH_NEIGHBOURS if self.smooth == "auto" else int(self.smooth)
+        return smooth_neighbours(self)
 
     @property
     def committed(self) -> float:
-        """How far the hard target commits to the picked teacher: 1 unless a measured skill set it (training_options
+        """How far the hard target commits to the picked teacher: 1 unless a measured skill set it (Recipe.options_for
         turns commit=auto into a number before training; without a measurement, or with paper=true, it stays 1)."""
         return 1.0 if self.paper or self.commit == "auto" else float(self.commit)
 
@@ -160,11 +158,11 @@ class MukiSoftOptions(MukiOptions):
 def _muki_common(outputs: TeacherOutputs, options: MukiOptions, picks: bool = True):
     """picks: the target reads the pick (muki-hard's commit=0 does not), so pick_smooth applies."""
     score, info = options.confidence_score, {}
-    if score == "auto":  # kamal amalgamate decides it before training (kamalcli/probe/auto_score.py); else no figures
-        from kamalcli.probe.auto_score import decide
+    if score == "auto":  # kamal amalgamate decides it before training (kamalcli/recipe/recipe.py); else no figures
+        from kamalcli.recipe.recipe import choose_score
 
-        choice = decide((), tuple(len(outputs.space.blocks[t]) for t in outputs.teachers))
-        score, info["auto"] = choice.score, choice.as_json()
+        choice = choose_score((), tuple(len(outputs.space.blocks[t]) for t in outputs.teachers))
+        score, info["auto"] = choice.value, choice.as_json()
     confidence = outputs.score(score)
     calibrate = options.calibrate
     if calibrate == "rank":
@@ -187,13 +185,14 @@ def _smoothed_pick(confidence: np.ndarray, outputs: TeacherOutputs, options: Muk
     """pick_smooth: each row's confidence averaged with its nearest rows' (outputs.pick_neighbours), for K asked
     for, or for auto where the neighbours' picks agree with the row's beyond chance; info["pick_smooth"] says which."""
     from kamalcli.probe.neighbours import neighbour_mean, pick_agreement
+    from kamalcli.recipe.recipe import picks_agree
 
     k = options.pick_neighbours
     if outputs.pick_neighbours is None or not k:
         return confidence
     neighbours = outputs.pick_neighbours[:, :k]
     agreement = pick_agreement(confidence, neighbours)
-    used = options.pick_smooth != "auto" or agreement.clear
+    used = options.pick_smooth != "auto" or picks_agree(agreement)
     info["pick_smooth"] = {"neighbours": int(neighbours.shape[1]), "used": used,
                            "agreement": round(agreement.agreement, 4),
                            "chance": round(agreement.chance, 4), "kappa": round(agreement.kappa, 4)}

@@ -8,7 +8,7 @@ prototypes are fitted on: score=auto could then judge no fitted score at all, ho
 Cross-fitting measures it honestly on that text: the rows are dealt into FOLDS folds, label by label, and each
 fold is scored by a fit on the other folds, made as the real fit is made (the same rows kept, the same
 background). Every row is scored by a fit that never saw it, so the figure is what the fit does on new text of
-the same kind (still generated text: weaker evidence than real labelled rows, kamalcli/probe/auto_score.py).
+the same kind (still generated text: weaker evidence than real labelled rows, kamalcli/probe/measured.py).
 """
 
 from __future__ import annotations

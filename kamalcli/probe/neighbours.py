@@ -4,8 +4,8 @@ muki-hard's `smooth` (docs/methods.md): a row's target is half its own and half
 the mean of its k nearest rows' targets. The teachers' pick errs row by row;
 rows that read alike mostly share a class, so the neighbours outvote many of
 those errors without a label (a one-step label propagation, Zhou et al. 2004).
-That holds only where the encoder reads the rows, which is what the prior's
-check (kamalcli/probe/prior_check.py) measures, so smooth=auto follows it.
+muki's pick_smooth averages each row's confidence with its nearest rows'
+before the pick. When auto uses either is the recipe's (kamalcli/recipe/recipe.py).
 """
 
 from __future__ import annotations
@@ -14,33 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SMOOTH_NEIGHBOURS = 10  # smooth=auto
-OWN_SHARE = 0.5         # the row's own target's share; the neighbours' mean has the rest
-# smooth=auto wants at least this many rows per label and neighbour: 200 a label at k = 10. Measured on
-# debian-topics' two teachers (docs/benchmarks.md), smoothing raised the student by 2.1-3.2 points with 2,000
-# transfer rows over 10 labels (three seeds), and moved it by -1.0 to +0.7 with the first 736, 1,000 and 1,500
-# of those rows (1,000: -1.0 on both seeds); on the README walk's 736 rows it cost 2.5 on each of three seeds.
-# So auto smooths only at the pool size where it was measured to help.
-ROWS_PER_LABEL_AND_NEIGHBOUR = 20
-
-
-def neighbours_for(smooth: int | str, neighbours: int, prior: dict | None, rows: int, labels: int,
-                   data: str, encoder: str) -> tuple[int, str | None]:
-    """How many neighbours each row's target is averaged with, and for smooth=auto the line that says why none.
-    prior: the run's recorded prior decision (kamalcli/probe/auto_score.py Prior.as_json)."""
-    if smooth != "auto":
-        return neighbours, None
-    if not (prior and prior.get("data")):
-        return 0, ("smooth=auto: none: it smooths only beside a prior over every label, whose check shows that "
-                   f"{encoder} reads the transfer rows; smooth=K asks for K anyway.")
-    if prior.get("teachers") is not None:
-        return 0, (f"smooth=auto: none: the prior's check found that {encoder} does not read every teacher's rows of "
-                   f"{data}; smooth=K asks for K anyway.")
-    needed = ROWS_PER_LABEL_AND_NEIGHBOUR * neighbours * labels
-    if rows < needed:
-        return 0, (f"smooth=auto: none: {rows} rows of {data} are too few for {neighbours} neighbours a row over "
-                   f"{labels} labels (at least {needed}); smooth=K asks for K anyway.")
-    return neighbours, None
+OWN_SHARE = 0.5  # smooth: the row's own target's share; the neighbours' mean has the rest
 
 
 def nearest_rows(vectors: np.ndarray, k: int, chunk: int = 512) -> np.ndarray:
@@ -68,14 +42,6 @@ def smoothed(target: np.ndarray, neighbours: np.ndarray, own_share: float = OWN_
     return own_share * target + (1 - own_share) * target[neighbours].mean(axis=1)
 
 
-# muki's pick_smooth (docs/methods.md): the teacher is picked by each row's confidence averaged with its nearest
-# rows'. Rows that read alike mostly belong to the same teacher's domain, so a row's neighbours outvote its picking
-# errors; it reads no labels. auto takes it where the neighbours' own picks agree with the row's clearly more often
-# than chance (Cohen's kappa at least PICK_KAPPA, "fair" agreement), which is what the averaging relies on.
-PICK_NEIGHBOURS = 10  # pick_smooth=auto
-PICK_KAPPA = 0.2
-
-
 @dataclass(frozen=True)
 class PickAgreement:
     """How often a row's nearest rows pick the same teacher as the row itself, against chance (the share of
@@ -87,10 +53,6 @@ class PickAgreement:
     @property
     def kappa(self) -> float:
         return 0.0 if self.chance >= 1 else (self.agreement - self.chance) / (1 - self.chance)
-
-    @property
-    def clear(self) -> bool:
-        return self.kappa >= PICK_KAPPA
 
     def words(self) -> str:
         return (f"their picks agree with the row's on {self.agreement:.1%} against a chance of {self.chance:.1%}, "
@@ -109,15 +71,3 @@ def neighbour_mean(confidence: np.ndarray, neighbours: np.ndarray) -> np.ndarray
     if neighbours.shape[1] == 0:
         return confidence
     return (confidence + confidence[neighbours].sum(axis=1)) / (neighbours.shape[1] + 1)
-
-
-def pick_smooth_line(option: int | str, info: dict, data: str, encoder: str) -> str:
-    """What pick_smooth did, in one line (info: muki's objective.info["pick_smooth"])."""
-    k = info["neighbours"]
-    agreement = PickAgreement(info["agreement"], info["chance"])
-    if not info["used"]:
-        return (f"pick_smooth=auto: none: the {k} nearest rows of {data} in {encoder} do not share a row's pick "
-                f"clearly beyond chance ({agreement.words()}; at least {PICK_KAPPA} wanted); pick_smooth=K asks "
-                "for K anyway.")
-    return (f"pick_smooth={option}: each row's teacher is picked by its confidence averaged with its {k} nearest rows' "
-            f"of {data} in {encoder} ({agreement.words()}; no labels; pick_smooth=0 turns it off).")

@@ -46,7 +46,7 @@ class TeacherOutputs:
 def teacher_outputs(store, teachers, probes) -> TeacherOutputs:
     """The methods' view of N teachers' cached probes on the same rows."""
     from kamalcli.probe.arrays import ProbeArrays
-    from kamalcli.probe.auto_score import energy
+    from kamalcli.probe.measured import energy
     from kamalcli.probe.figures import SCORES
 
     space = store.label_space(teachers)

@@ -388,7 +388,7 @@ class Runner:
         """energy, RMD compared per teacher (its percentile among its own rows), and the prototype score and its
         fusion with RMD (when every RMD was fitted on one labelled dataset)."""
         from kamalcli.probe.selection import per_teacher_rank
-        from kamalcli.probe.auto_score import energy
+        from kamalcli.probe.measured import energy
         from kamalcli.probe.figures import SCORES
 
         out = {"energy": {t.id: energy(ProbeArrays.load(Path(probes[t.id].path)).logits) for t in teachers}}
@@ -548,7 +548,7 @@ class Runner:
 
     def add_auto_row(self, dataset, results: dict, score: str, decided_for) -> None:
         """The figures of the score score=auto selects with for the teachers decided_for
-        (kamalcli/probe/auto_score.py), as the row `auto: SCORE` beside the others (oracle last); stored again.
+        (kamalcli/probe/measured.py), as the row `auto: SCORE` beside the others (oracle last); stored again.
         Nothing to add when that score was not measured here, or here on other teachers."""
         teachers, latest = self._selection_probes(dataset)
         if score not in results or {t.name for t in teachers} != {t.name for t in decided_for}:

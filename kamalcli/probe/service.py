@@ -15,11 +15,11 @@ __all__ = ["ProbeRequest", "Runner", "probe_workspace", "selection_groups", "sel
 
 def selection_rows(store) -> list[dict]:
     """The stored selection figures with the keys `kamal report --json` and the HTML report show: each with the
-    rows it rests on, its 95% Wilson interval and chance (the best constant selector, kamalcli/probe/auto_score.py;
+    rows it rests on, its 95% Wilson interval and chance (the best constant selector, kamalcli/probe/measured.py;
     None for per-word figures or teachers no longer registered), and whether a fitted score (RMD, the prototype
     score) was fitted on these very rows: in-sample, it measures the fit rather than the selection, unless it was
     cross-fitted (kamalcli/probe/cross_fit.py: cross_fitted, its number of folds)."""
-    from kamalcli.probe.auto_score import chance
+    from kamalcli.probe.measured import chance
     from kamalcli.probs import wilson_interval
 
     teachers = {t.name: t for t in store.teachers()}
@@ -172,34 +172,32 @@ def _fit_rmds(runner: Runner, store, teachers, settings: dict, probes_by_teacher
                 say(generated_fit_line(note))
 
 
-def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan, summary: dict) -> None:
-    """Selection figures on every labelled dataset, then score=auto decided from them (the decision kamal
-    amalgamate trains with) and its row added beside theirs."""
-    from kamalcli.probe.auto_score import decide_auto
-    from kamalcli.probe.prior_check import workspace_check
-    from kamalcli.probe.prototypes import DEFAULT_ENCODER
+def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan, summary: dict,
+                       decide_score=None) -> None:
+    """Selection figures on every labelled dataset, then, given decide_score (the caller's: kamal probe passes
+    the recipe's, kamalcli/recipe/recipe.py probe_score), score=auto decided from them and its row added beside
+    theirs."""
     from kamalcli.runtime import resolve_device
 
     for dataset in datasets:
         result = runner.measure_selection(dataset)
         if result:
             summary["selection"][dataset.name] = result
-    if len(teachers) < 2:
+    if len(teachers) < 2 or decide_score is None:
         return
     given = plan.dataset.name if plan.source == "given" else None
-    check = workspace_check(runner.workspace, store, teachers, given, encoder=DEFAULT_ENCODER,
-                            device=resolve_device(runner.device), encode=True)
-    decision = decide_auto(store, teachers, plan, check=check)
+    decision = decide_score(runner.workspace, store, teachers, given, resolve_device(runner.device))
     summary["auto"] = decision.as_json()
     for dataset in datasets:
         if dataset.name in summary["selection"]:
-            runner.add_auto_row(dataset, summary["selection"][dataset.name], decision.score, teachers)
+            runner.add_auto_row(dataset, summary["selection"][dataset.name], decision.value, teachers)
 
 
 def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=(), dataset_names=(),
                     rmd: bool = True, rmd_fit: str | None = None, device: str = "auto",
-                    batch_size: int = 32, mode: str = "auto", say=print) -> dict:
-    """Probe every requested (teacher, dataset) pair not yet probed, then RMD and selection."""
+                    batch_size: int = 32, mode: str = "auto", say=print, decide_score=None) -> dict:
+    """Probe every requested (teacher, dataset) pair not yet probed, then RMD and selection (and, given
+    decide_score, the score a default student would select with: _measure_selection)."""
     from kamalcli.workspace.runs import recorded_run
 
     pairs = _pairs(store, request, teacher_names, dataset_names, rmd_fit)
@@ -230,7 +228,7 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
         probes_by_teacher = _probe_pairs(runner, teachers, datasets, settings, summary, run, say)
         if rmd:
             _fit_rmds(runner, store, teachers, settings, probes_by_teacher, plan, summary, say)
-        _measure_selection(runner, store, teachers, datasets, plan, summary)
+        _measure_selection(runner, store, teachers, datasets, plan, summary, decide_score)
         run.result = summary
     summary["run_id"] = run.id
     return summary

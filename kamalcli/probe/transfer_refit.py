@@ -7,7 +7,7 @@ exactly that teacher without labels: the prototypes of the generated text name i
 often than chance, or place most of its rows among other teachers' labels. refit=auto then fits that teacher's
 Gaussians again on the transfer rows themselves: from the current selection, on the surer half of the rows it is
 given (prior_check.surer_half), its own predicted classes as the classes, every transfer row as the background;
-the rows are selected again with the new fit, for up to ROUNDS rounds, stopping once no row changes teacher. No
+the rows are selected again with the new fit, for up to the recipe's rounds, stopping once no row changes teacher. No
 labels are read; the other teachers keep their fit.
 
 Measured on four builds of the cross-lingual pair's teachers (docs/benchmarks.md, benchmarks/pool_refit.py):
@@ -19,46 +19,16 @@ three 84.2 to 70.0%): so only the teachers the check fails for, and only when it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from kamalcli.probe.prior_check import surer_half
-from kamalcli.probe.scores import RMD_SCORES
 from kamalcli.probs import percentile
 from kamalcli.trust.mahalanobis import fit_rmd
 
 ROUNDS = 3
-
-
-@dataclass(frozen=True)
-class Refit:
-    """refit=auto's decision: the teachers whose RMD is fitted again on the transfer rows (none: the fits stay)."""
-
-    teachers: list[str]
-    line: str
-    rounds: int = ROUNDS
-
-    def as_json(self) -> dict:
-        return {"teachers": self.teachers, "rounds": self.rounds, "line": self.line}
-
-
-def decide_refit(check, score: str, data: str) -> Refit:
-    """check: the PriorCheck of the transfer rows (None: not made); score: the selection score trained with."""
-    if score not in RMD_SCORES:
-        return Refit([], "")
-    if check is None:
-        return Refit([], f"refit=auto: none: the prior's check of {data} was not made (it needs the teachers' "
-                         "cached probes there, which `kamal probe` makes, labelled text for every label and the "
-                         "prototype encoder), so every teacher keeps its RMD fit.")
-    failed = [t.teacher for t in check.failed]
-    if not failed:
-        return Refit([], "")
-    return Refit(failed, f"refit=auto: {', '.join(failed)}'s RMD is fitted again on the rows of {data} selection "
-                         "gives it (the surer half, its own predicted classes; no labels), because the prior's check "
-                         f"finds the generated text does not read its rows; up to {ROUNDS} rounds (refit=none keeps "
-                         "the fit on the generated text).")
 
 
 def refit_rounds(confidence: np.ndarray, features: list[np.ndarray], predicted: list[np.ndarray],

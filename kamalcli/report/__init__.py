@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_html_report(workspace, store, path: Path, *, force: bool = False) -> dict:
+def write_html_report(workspace, store, path: Path, *, force: bool = False, student_options=None) -> dict:
     """Check the target (report/target.py), gather, render and write atomically. Returns what was written
     (for the command's line)."""
     from kamalcli.errors import KamalError
@@ -13,7 +13,7 @@ def write_html_report(workspace, store, path: Path, *, force: bool = False) -> d
     from kamalcli.report.target import check_target
 
     check_target(workspace, store, path, force)
-    text, written = html_report(workspace, store)
+    text, written = html_report(workspace, store, student_options)
     try:
         write_text_atomic(path, text)
     except OSError as e:
@@ -21,12 +21,13 @@ def write_html_report(workspace, store, path: Path, *, force: bool = False) -> d
     return {"path": str(path), **written}
 
 
-def html_report(workspace, store) -> tuple[str, dict]:
-    """The page, and what it holds: its size, teachers, probes and students."""
+def html_report(workspace, store, student_options=None) -> tuple[str, dict]:
+    """The page, and what it holds: its size, teachers, probes and students; student_options: the default
+    student's, whose recipe it shows."""
     from kamalcli.report.gather import gather
     from kamalcli.report.html import render
 
-    report = gather(workspace, store)
+    report = gather(workspace, store, student_options)
     text = render(report)
     return text, {"bytes": len(text.encode("utf-8")), "teachers": len(report.teachers),
                   "probes": len(report.probes), "students": len(report.students)}

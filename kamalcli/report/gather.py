@@ -65,7 +65,7 @@ class Report:
     probes: list[TeacherOnData] = field(default_factory=list)
     unlabelled: list[str] = field(default_factory=list)  # probed datasets without gold labels
     selection: list[dict] = field(default_factory=list)
-    auto: list[dict] = field(default_factory=list)  # per set of teachers: what score=auto selects with, and why
+    recipes: list[dict] = field(default_factory=list)  # per set of teachers: the recipe the next amalgamate decides
     students: list[StudentView] = field(default_factory=list)
     baselines: list[dict] = field(default_factory=list)
 
@@ -106,10 +106,11 @@ def teacher_on_data(teacher, dataset, probe, rows: dict, gold: list[str], aliase
                          int(inside.sum()), int((~inside).sum()), distributions, reliability, probe.summary)
 
 
-def gather(workspace, store) -> Report:
+def gather(workspace, store, student_options=None) -> Report:
+    """student_options: the default student's, whose recipe the report shows (kamalcli/recipe/recipe.py)."""
     from kamalcli.data.text import load_dataset_rows
-    from kamalcli.probe.auto_score import workspace_decisions
     from kamalcli.probe.service import selection_rows
+    from kamalcli.recipe.recipe import workspace_recipes
 
     teachers = {t.id: t for t in store.teachers()}
     datasets = {d.id: d for d in store.datasets()}
@@ -134,7 +135,7 @@ def gather(workspace, store) -> Report:
         report.probes.append(teacher_on_data(teachers[teacher_id], dataset, probe, store.probe_rows(probe.id),
                                              gold_of[dataset_id], aliases))
     report.selection = selection_rows(store)
-    report.auto = workspace_decisions(store, workspace)
+    report.recipes = workspace_recipes(workspace, store, student_options) if student_options is not None else []
     for s in store.students():
         latest = store.latest_evaluations(s.id)
         report.students.append(StudentView(
@@ -181,12 +182,12 @@ def probe_rows(teachers: dict, datasets: dict, probes) -> list[dict]:
     return rows
 
 
-def text_report(store, workspace=None) -> dict:
-    """What `kamal report` shows and its --json writes: probes, selection, what score=auto selects with per set
-    of teachers (the decision kamal amalgamate trains with), rl-kd students' policies and generated datasets."""
+def text_report(store, workspace=None, student_options=None) -> dict:
+    """What `kamal report` shows and its --json writes: probes, selection, per set of teachers the recipe the next
+    kamal amalgamate of student_options would decide, rl-kd students' policies and generated datasets."""
     from kamalcli.data.text import is_generated
-    from kamalcli.probe.auto_score import workspace_decisions
     from kamalcli.probe.service import selection_rows
+    from kamalcli.recipe.recipe import workspace_recipes
 
     teachers = {t.id: t for t in store.teachers()}
     datasets = {d.id: d for d in store.datasets()}
@@ -195,4 +196,5 @@ def text_report(store, workspace=None) -> dict:
     policies = policy_selection(store.students())
     generated = [{"data": d.name, **d.provenance} for d in datasets.values() if is_generated(d)]
     return {"probes": probe_rows(teachers, datasets, probes), "selection": selections,
-            "auto": workspace_decisions(store, workspace), "policy_selection": policies, "generated": generated}
+            "recipes": workspace_recipes(workspace, store, student_options) if student_options is not None else [],
+            "policy_selection": policies, "generated": generated}

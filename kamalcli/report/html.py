@@ -92,8 +92,8 @@ def calibration_section(report: Report) -> str:
 def selection_section(report: Report) -> str:
     if not report.selection:
         return _missing("No selection measured yet: `kamal probe` with a labelled dataset and two teachers or more.")
-    from kamalcli.probe.auto_score import unread_sentence
     from kamalcli.probe.service import selection_groups
+    from kamalcli.recipe.recipe import Recipe, unread_sentence
 
     out = []
     for data, names, rows, best in selection_groups(report.selection):
@@ -108,15 +108,12 @@ def selection_section(report: Report) -> str:
                         else "")
             out.append(f'<p class="note">{escape(best["score"])} selects the right teacher most often '
                        f'({_pct(best["accuracy"])}% of {best["rows"]:,} rows{balanced}).</p>')
-    for decision in report.auto:  # the one recommendation: only from a figure clearly above chance
-        hint = (f" MUKI methods select with it by default; <code>--option score={escape(decision['score'])}</code> "
-                "names it." if decision["figure"] else "")
-        commit = "".join(f" {'muki' if key == 'refit' else 'muki-hard'}, {escape(decision[key]['line'])}"
-                         for key in ("prior", "commit", "refit") if decision.get(key) and decision[key]["line"])
-        if decision.get("unread"):
-            commit += f" {escape(unread_sentence(decision['unread']))}"
-        out.append(f'<p class="note">{escape(", ".join(decision["teachers"]))}: {escape(decision["line"])}{hint}'
-                   f'{commit}</p>')
+    for entry in report.recipes:  # what the next amalgamate of the default student decides, by the same call
+        recipe = Recipe.from_json(entry["recipe"])
+        out.append(f"<h3>The next muki-hard student of {escape(', '.join(entry['teachers']))} decides</h3>")
+        out.append(_table(["decision", "value", "reason"], recipe.rows(), numeric_from=3))
+        evidence = recipe.lines() + ([unread_sentence(entry["unread"])] if entry.get("unread") else [])
+        out.extend(f'<p class="note">{escape(line)}</p>' for line in evidence)
     return "".join(out)
 
 
@@ -190,6 +187,12 @@ def student_block(s: StudentView) -> str:
              f'<p class="note">{escape(s.method)} ({escape(options)}); teachers {escape(", ".join(s.teachers))}; '
              f'{len(s.labels)} labels; model selection {escape(s.select_by)}'
              + (f"; extends {escape(s.parent)}" if s.parent else "") + "</p>"]
+    recorded = (s.train or {}).get("recipe")
+    if recorded:  # the recipe it trained with, as kamal amalgamate decided and printed it
+        from kamalcli.recipe.recipe import Recipe
+
+        lines.append('<p class="note">Decided before it trained:</p>')
+        lines.append(_table(["decision", "value", "reason"], Recipe.from_json(recorded).rows(), numeric_from=3))
     choices = decided(s.train.get("objective") or {})
     if choices:
         lines.append(f'<p class="note">Decided when it trained: {escape(choices)}</p>')

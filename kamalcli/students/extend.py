@@ -41,7 +41,7 @@ def student_as_teacher(workspace, store, student, say=print):
 
 
 def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teacher_names: list[str],
-           refine: bool = False, say=print):
+           refine: bool = False, say=print, detail=None):
     parent = store.student(student_name)
     if not (Path(parent.path) / "config.json").is_file():
         raise KamalError(f"student {parent.name}'s folder is missing on disk: {parent.path}")
@@ -83,7 +83,7 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
     request = replace(base, method=method, options=options, name=name, parent=parent.name,
                       teachers=[self_teacher.name, *[t.name for t in new]], student=parent.path)
     say(f"Extending {parent.name} ({len(parent.labels)} labels) with {len(added)} new: {', '.join(added) or 'none'}.")
-    return amalgamate(workspace, store, request, say=say)
+    return amalgamate(workspace, store, request, say=say, detail=detail)
 
 
 def _next_version(store, name: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from kamalcli.errors import KamalError
 from kamalcli.data.text import is_generated
 from kamalcli.probe.scores import RMD_SCORES
+from kamalcli.recipe.recipe import Recipe
 from kamalcli.settings import TRAIN, WORKSPACE
 
 
@@ -29,16 +30,42 @@ class AmalgamateRequest:
     probe_given: list[str] = field(default_factory=list)  # named on the command line: mc_samples, mc_exact
     device: str = WORKSPACE.device
     reprobe: bool = False              # probe again with these settings even if other cached probes exist
-    auto: dict | None = None           # score=auto as decided before any work (kamalcli/probe/auto_score.py)
-    gate: dict | None = None           # muki-hard commit=auto: the measured selection it commits by
-    prior: dict | None = None          # muki-hard prior=auto: the labelled text its prototype prior comes from
-    refit: dict | None = None          # muki refit=auto: the teachers whose RMD is fitted again on the transfer rows
+    recipe: dict | None = None         # every auto decided before any work (kamalcli/recipe/recipe.py Recipe.as_json)
     init: str | None = None            # merge[:METHOD]: the student's encoder starts as the teachers' merged ones
     label_aliases: dict | None = None  # kamal labels merge: the merges the run started with (a resume needs the same)
     gold: str | None = None            # a labelled dataset of transfer rows: a gold-label loss beside the method's
 
     def as_json(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A request checked, and what it resolves to: every later step of amalgamate and extend reads this."""
+
+    request: AmalgamateRequest  # as the run records it: its name, --init canonical; later its label merges, recipe
+    method: object
+    options: object             # as asked (the student's record keeps them); training_options: as decided
+    teachers: tuple
+    dataset: object             # the transfer set
+    train: object               # kamalcli/train/loop.py TrainConfig, checked
+    recipe: Recipe = Recipe()   # every auto decided (kamalcli/recipe/recipe.py); empty until then
+
+    @property
+    def task(self) -> str:
+        return teachers_task(self.teachers)
+
+    @property
+    def kind(self) -> str:
+        return "extend" if self.request.parent else "amalgamate"
+
+    @property
+    def training_options(self):
+        """The options the student trains with: every auto replaced by what the recipe decided."""
+        return self.recipe.options_for(self.options)
+
+    def with_request(self, request: AmalgamateRequest) -> "Job":
+        return replace(self, request=request, recipe=Recipe.from_json(request.recipe))
 
 
 def pin_label_aliases(store, request: AmalgamateRequest, teachers) -> AmalgamateRequest:
@@ -75,11 +102,9 @@ def check_task(dataset, task: str, role: str) -> None:
         raise KamalError(f"{role} data {dataset.name} holds {holds}; {task} teachers need {need}")
 
 
-def _transfer_dataset(store, name: str | None, task: str = "sequence"):
-    """--data NAME, or kamal's choice: the one transfer set of real text; generated text only when there is none
+def _default_transfer(store, task: str = "sequence"):
+    """kamal's choice without --data: the one transfer set of real text; generated text only when there is none
     (it serves the scores' fits and data-free runs)."""
-    if name:
-        return store.dataset(name)
     transfer = [d for d in store.datasets(role="transfer") if d.task == task]
     if not transfer:
         raise KamalError("no transfer data: add unlabelled text with `kamal add-data FILE` (role transfer)")
@@ -92,9 +117,10 @@ def _transfer_dataset(store, name: str | None, task: str = "sequence"):
     return candidates[0]
 
 
-def transfer_note(store, request: AmalgamateRequest, dataset) -> str | None:
+def transfer_note(store, job: Job) -> str | None:
     """The line that says which transfer set kamal chose, and why; None when the user named it (--data)."""
-    if request.data:
+    dataset = job.dataset
+    if job.request.data:
         return None
     if is_generated(dataset):
         return (f"Transfer data: {dataset.name}, generated text (there is no real transfer text: "
@@ -114,10 +140,11 @@ def _default_name(store, method: str) -> str:
     return f"{method}-{i}"
 
 
-def plan(store, request: AmalgamateRequest):
-    """Everything checked before any work: method, options, teachers, data, name."""
+def plan(store, request: AmalgamateRequest) -> Job:
+    """Everything checked before any work: method, options, teachers, data, name, training settings."""
     from kamalcli.methods import REGISTRY, get_method
     from kamalcli.names import check_name
+    from kamalcli.train.loop import TrainConfig
 
     method = get_method(request.method)
     if not method.trains:
@@ -141,7 +168,7 @@ def plan(store, request: AmalgamateRequest):
     if task == "token" and request.reprobe:
         raise KamalError("--reprobe chooses among cached sentence-level probes; token teachers' per-word outputs are "
                          "cached by data, --max-length and --mc-samples: change one of them to compute new ones")
-    dataset = _transfer_dataset(store, request.data, task)
+    dataset = store.dataset(request.data) if request.data else _default_transfer(store, task)
     check_task(dataset, task, "transfer")
     if request.select_by != "transfer-loss":
         if not request.select_by.startswith("eval:"):
@@ -161,7 +188,10 @@ def plan(store, request: AmalgamateRequest):
         check_init(request, teachers)
     if request.gold:
         check_gold(store, request.gold, teachers, task)
-    return method, options, teachers, dataset, name
+    train = TrainConfig(**request.train)
+    train.validate()
+    request = replace(request, name=name, init=canonical_init(request.init))
+    return Job(request, method, options, tuple(teachers), dataset, train, Recipe.from_json(request.recipe))
 
 
 def check_gold(store, gold_name: str, teachers, task: str) -> None:
@@ -236,17 +266,6 @@ def reads_confidences(method, options) -> bool:
     return method.confidences or getattr(options, "confidence_score", None) is not None
 
 
-def training_options(options, request: AmalgamateRequest):
-    """The options a student trains with: score=auto replaced by the score decided for it (request.auto) and
-    muki-hard's commit=auto by the skill of that score's measured selection (request.gate), the same on every
-    process and in a resumed run; the student's record keeps score=auto and commit=auto."""
-    if request.auto and getattr(options, "confidence_score", None) == "auto":
-        options = replace(options, score=request.auto["score"])
-    if request.gate and request.gate.get("commit") is not None and getattr(options, "commit", None) == "auto":
-        options = replace(options, commit=request.gate["commit"])
-    return options
-
-
 def options_need_rmd(options, teachers=(), rmd_fit: str | None = None) -> bool:
-    """score=rmd and rmd+prototype read RMD (score=auto is decided first: training_options)."""
+    """score=rmd and rmd+prototype read RMD (score=auto is decided first: Recipe.options_for)."""
     return getattr(options, "confidence_score", None) in RMD_SCORES

@@ -10,10 +10,10 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace
-from kamalcli.probe.neighbours import pick_smooth_line
 from kamalcli.probe.outputs import teacher_outputs
 from kamalcli.probe.runner import generated_fit_line
-from kamalcli.students.plan import AmalgamateRequest, check_task, options_need_rmd, reads_confidences, teachers_task
+from kamalcli.recipe.recipe import pick_smooth_line
+from kamalcli.students.plan import AmalgamateRequest, Job, check_task, options_need_rmd, reads_confidences
 
 
 @dataclass
@@ -32,24 +32,23 @@ class Problem:
     held_out: np.ndarray
 
 
-def build_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
-                  workdir, run_id, say, read_only: bool = False) -> Problem:
-    build = token_problem if teachers_task(teachers) == "token" else sequence_problem
-    return build(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
-                 workdir, run_id, say, read_only)
+def build_problem(workspace, store, job: Job, probe_request, workdir, run_id, say, read_only: bool = False) -> Problem:
+    """job: the checked request, with its recipe (kamalcli/students/plan.py)."""
+    build = token_problem if job.task == "token" else sequence_problem
+    return build(workspace, store, job, probe_request, workdir, run_id, say, read_only)
 
 
-def sequence_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
-                     workdir, run_id, say, read_only: bool = False) -> Problem:
+def sequence_problem(workspace, store, job: Job, probe_request, workdir, run_id, say, read_only: bool = False) -> Problem:
     """1. the teachers' outputs (probed first if missing), 2. the student, its objective and model selection."""
     from kamalcli.models.batching import encode
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.train.evaluate import EvalAccuracy, HeldOutLoss
     from kamalcli.train.objective import with_gold
 
+    request, method, options, teachers, dataset, train_config = (job.request, job.method, job.training_options,
+                                                                 list(job.teachers), job.dataset, job.train)
     device = train_config.device
-    outputs, probes, runner = _probed_outputs(workspace, store, request, method, options, teachers, dataset,
-                                              probe_request, train_config, run_id, say, read_only)
+    outputs, probes, runner = _probed_outputs(workspace, store, job, probe_request, run_id, say, read_only)
 
     # 2. the student, over the union label space (an extended student keeps its old label ids)
     model, tokenizer, base_folder = _student_model(store, request, outputs.space, train_config.seed,
@@ -82,14 +81,16 @@ def sequence_problem(workspace, store, request, method, options, teachers, datas
     return Problem(model, tokenizer, base_folder, outputs, probes, encoded, objective, selector, train_rows, held_out)
 
 
-def token_problem(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
-                  workdir, run_id, say, read_only: bool = False) -> Problem:
+def token_problem(workspace, store, job: Job, probe_request, workdir, run_id, say, read_only: bool = False) -> Problem:
     """The token-level problem (named entities): per-word teacher outputs, a token-classifier student,
     targets per word read at the student's first sub-token of each word (kamalcli/methods/muki.py, vanilla_kd.py, uhc.py)."""
     from kamalcli.probe import tokens as token_probe
     from kamalcli.data.tokens import load_token_rows
     from kamalcli.models.words import encode_words
     from kamalcli.train.evaluate import HeldOutLoss
+
+    request, method, options, teachers, dataset, train_config = (job.request, job.method, job.training_options,
+                                                                 list(job.teachers), job.dataset, job.train)
 
     mc_samples = probe_request.mc_samples if reads_confidences(method, options) else \
         token_probe.cached_passes(store, teachers, dataset, train_config.max_length)
@@ -162,10 +163,12 @@ def _split_rows(select_by: str, rows: int, seed: int) -> tuple[np.ndarray, np.nd
     return np.arange(rows), np.arange(0)
 
 
-def _probed_outputs(workspace, store, request, method, options, teachers, dataset, probe_request, train_config,
-                    run_id, say, read_only):
+def _probed_outputs(workspace, store, job: Job, probe_request, run_id, say, read_only):
     """1. teachers' outputs on the transfer rows, from the probe cache."""
     from kamalcli.probe.runner import Runner
+
+    request, method, options, teachers, dataset, train_config = (job.request, job.method, job.training_options,
+                                                                 list(job.teachers), job.dataset, job.train)
 
     runner = Runner(workspace, store, device=train_config.device, batch_size=max(train_config.batch_size, 32),
                     run_id=run_id, options_key=probe_request.options_key, read_only=read_only)
@@ -202,10 +205,12 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
                 elif note and note["generated"]:
                     say(generated_fit_line(note))
     outputs = teacher_outputs(store, teachers, probes)
-    if request.refit and request.refit["teachers"] and "rmd" in outputs.confidence:
+    recipe = job.recipe
+    refit, prior = recipe.evidence("refit"), recipe.evidence("prior")
+    if refit and refit["teachers"] and "rmd" in outputs.confidence:
         from kamalcli.probe.transfer_refit import refitted_outputs
 
-        outputs = refitted_outputs(store, probes, outputs, request.refit, say)
+        outputs = refitted_outputs(store, probes, outputs, refit, say)
     fits = {}  # fit dataset name -> PrototypeFit: the score and the prior read the sentence vectors once
 
     def prototypes(fit_name: str, say):
@@ -220,28 +225,25 @@ def _probed_outputs(workspace, store, request, method, options, teachers, datase
 
     if reads_confidences(method, options) and _wants_prototypes(options, request, outputs):
         outputs = _with_prototype_score(request, options, outputs, prototypes, say)
-    if request.prior and request.prior.get("data"):  # muki-hard's prior: the prototypes' class probabilities
-        prior = prototypes(request.prior["data"], lambda _: None).prior(list(outputs.space.names))
-        within = request.prior.get("teachers")
-        outputs = replace(outputs, prior=prior, prior_teachers=tuple(within) if within is not None else None)
-    fit = fits.get(request.prior["data"]) if request.prior and request.prior.get("data") else None
-    outputs = _with_neighbours(workspace, request, method, options, outputs, dataset, train_config, say, fit)
+    if prior and prior.get("data"):  # muki-hard's prior: the prototypes' class probabilities
+        classes = prototypes(prior["data"], lambda _: None).prior(list(outputs.space.names))
+        within = prior.get("teachers")
+        outputs = replace(outputs, prior=classes, prior_teachers=tuple(within) if within is not None else None)
+    fit = fits.get(prior["data"]) if prior and prior.get("data") else None
+    outputs = _with_neighbours(workspace, recipe, method, options, outputs, dataset, train_config, say, fit)
     return outputs, probes, runner
 
 
-def _with_neighbours(workspace, request, method, options, outputs, dataset, train_config, say, fit=None):
+def _with_neighbours(workspace, recipe, method, options, outputs, dataset, train_config, say, fit=None):
     """Each transfer row's nearest rows in the prototype encoder's sentence vectors (the prior's, fit, where it has
-    them), found once for both of muki's uses: muki-hard's smooth (kamalcli/probe/neighbours.py says when
-    smooth=auto takes none, and why) and muki's pick_smooth (muki.py decides, for auto, whether it averages over
-    them; pick_smooth=auto goes on without them, saying so, when the encoder is not installed)."""
-    from kamalcli.probe.neighbours import OWN_SHARE, nearest_rows, neighbours_for
+    them), found once for both of muki's uses: muki-hard's smooth (smooth=auto: as the recipe decided) and muki's
+    pick_smooth (the recipe's rule, for auto, whether it averages over them; pick_smooth=auto goes on without
+    them, saying so, when the encoder is not installed)."""
+    from kamalcli.probe.neighbours import OWN_SHARE, nearest_rows
 
-    k_smooth = 0
-    if getattr(options, "neighbours", 0):
-        k_smooth, why_not = neighbours_for(options.smooth, options.neighbours, request.prior, outputs.num_rows,
-                                           len(outputs.space.names), dataset.name, options.encoder)
-        if not k_smooth:
-            say(why_not)
+    k_smooth = getattr(options, "neighbours", 0)
+    if k_smooth and options.smooth == "auto":
+        k_smooth = recipe.value("smooth", 0)
     reads_pick = reads_confidences(method, options) and getattr(options, "committed", 1.0) > 0  # commit=0 does not
     k_pick = getattr(options, "pick_neighbours", 0) if reads_pick else 0
     if not (k_smooth or k_pick):
@@ -256,8 +258,10 @@ def _with_neighbours(workspace, request, method, options, outputs, dataset, trai
         return outputs
     nearest = nearest_rows(vectors, max(k_smooth, k_pick))
     if k_smooth:
-        say(f"smooth={options.smooth}: each row's target is {OWN_SHARE:.0%} its own and {1 - OWN_SHARE:.0%} the mean "
-            f"of its {k_smooth} nearest rows of {dataset.name} in {options.encoder} (no labels; smooth=0 turns it off).")
+        if options.smooth != "auto":  # smooth=auto: the recipe's table says so
+            say(f"smooth={options.smooth}: each row's target is {OWN_SHARE:.0%} its own and {1 - OWN_SHARE:.0%} the "
+                f"mean of its {k_smooth} nearest rows of {dataset.name} in {options.encoder} (no labels; smooth=0 turns it "
+                "off).")
         outputs = replace(outputs, neighbours=nearest[:, :k_smooth])
     return replace(outputs, pick_neighbours=nearest[:, :k_pick]) if k_pick else outputs
 
