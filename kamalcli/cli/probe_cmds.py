@@ -157,8 +157,8 @@ def _selection_summaries(selections: list[dict], recipes: list[dict], verbose: b
     then per set of teachers the recipe the next kamal amalgamate would decide (kamalcli/recipe/recipe.py), with
     its evidence under --verbose."""
     from kamalcli.probe.measured import USABLE
-    from kamalcli.recipe.recipe import unread_sentence
     from kamalcli.probe.service import selection_groups
+    from kamalcli.recipe.recipe import Recipe, unread_sentence
 
     for data, names, rows, best in selection_groups(selections):
         _selection_table(f"{data} ({', '.join(names)})", {r["score"]: r for r in rows})
@@ -168,13 +168,11 @@ def _selection_summaries(selections: list[dict], recipes: list[dict], verbose: b
         cross_fitted = [r for r in rows if r.get("cross_fitted")]
         if cross_fitted:
             echo(f"On {data}, {', '.join(r['score'] for r in cross_fitted)} are fitted on these rows and measured "
-                       f"cross-fitted: each of {cross_fitted[0]['cross_fitted']} folds scored by a fit on the others.")
+                 f"cross-fitted: each of {cross_fitted[0]['cross_fitted']} folds scored by a fit on the others.")
         if best:
             only = "" if best["score"] in USABLE else " (measured only: no student selects with it)"
             balanced = f" (balanced {pct(best['balanced'])}%)" if best.get("balanced") is not None else ""
             echo(f"On {data}, {best['score']} picks the right teacher most often{balanced}: {_figure(best)}{only}.")
-    from kamalcli.recipe.recipe import Recipe
-
     for entry in recipes:
         title = f"{', '.join(entry['teachers'])}: the next `kamal amalgamate --method muki-hard` decides"
         recipe = Recipe.from_json(entry["recipe"])

@@ -59,7 +59,9 @@ def gather(workspace, store, teachers, dataset=None, rmd_fit: str | None = None,
     from kamalcli.probe.prior_check import transfer_check, workspace_check
 
     plans = {one: rmd_fit_plan(store, teachers, rmd_fit, one_dataset=one) for one in (False, True)}
-    figures = {one: measured_figures(store, teachers, plan) for one, plan in plans.items()}
+    fits = {one: (plan.source, plan.dataset.id if plan.dataset is not None else None) for one, plan in plans.items()}
+    figures = {False: measured_figures(store, teachers, plans[False])}  # one read where both plans fit alike
+    figures[True] = figures[False] if fits[True] == fits[False] else measured_figures(store, teachers, plans[True])
     prior_check = None
     if check and dataset is None:
         prior_check = workspace_check(workspace, store, teachers, rmd_fit, encoder=encoder, device=device,

@@ -142,20 +142,16 @@ class Recipe:
     def from_legacy(cls, params: dict) -> dict | None:
         """A run recorded before the recipe (auto, gate, prior and refit apart): its decisions as a recipe's JSON,
         so that --resume trains with what that run decided."""
-        old = {key: params.pop(key, None) for key in ("auto", "gate", "prior", "refit")}
-        if not any(old.values()):
-            return None
+        values = {  # old key: (decision, its value in the old record)
+            "auto": ("score", lambda old: old["score"]), "prior": ("prior", lambda old: old.get("data")),
+            "gate": ("commit", lambda old: old.get("commit")),
+            "refit": ("refit", lambda old: ", ".join(old["teachers"]) or None)}
         out = {}
-        if old["auto"]:
-            out["score"] = {"value": old["auto"]["score"], "reason": "decided when the run started", **old["auto"]}
-        if old["prior"]:
-            out["prior"] = {"value": old["prior"].get("data"), "reason": "decided when the run started", **old["prior"]}
-        if old["gate"]:
-            out["commit"] = {"value": old["gate"].get("commit"), "reason": "decided when the run started", **old["gate"]}
-        if old["refit"]:
-            out["refit"] = {"value": ", ".join(old["refit"]["teachers"]) or None, "reason": "decided when the run "
-                            "started", **old["refit"]}
-        return out
+        for key, (name, value) in values.items():
+            old = params.pop(key, None)
+            if old:
+                out[name] = {"value": value(old), "reason": "decided when the run started", **old}
+        return out or None
 
 
 def autos(options, teachers) -> set[str]:
@@ -183,11 +179,6 @@ def autos(options, teachers) -> set[str]:
     return wanted
 
 
-def needs_check(options, teachers) -> bool:
-    """Whether the evidence must hold the prior's check of the transfer rows (it reads the sentence vectors)."""
-    return bool({"score", "prior", "refit"} & autos(options, teachers))
-
-
 def decide(evidence, options) -> Recipe:
     """The recipe for a student of these options on this evidence: the one call that decides every auto."""
     wanted = autos(options, evidence.teachers)
@@ -211,7 +202,7 @@ def decide(evidence, options) -> Recipe:
     if "pick_smooth" in wanted:
         decisions.append(_pick_smooth(options, decisions))
     if "reweight" in wanted:
-        decisions.append(Decision("reweight", "per-teacher", "MUKI's margin, scaled to mean 1 within each "
+        decisions.append(Decision("reweight", reweighting(options), "MUKI's margin, scaled to mean 1 within each "
                                   "picked teacher's rows"))
     return Recipe(tuple(decisions))
 
@@ -508,10 +499,10 @@ def _pick_smooth(options, decisions: list[Decision]) -> Decision:
     commit = next((d.value for d in decisions if d.name == "commit"), None)
     asked = getattr(options, "commit", "auto")
     if (commit if asked == "auto" else asked) == 0:
-        return Decision("pick_smooth", 0, "the target reads no pick (commit=0)", {"line": ""})
+        return Decision("pick_smooth", 0, "the target reads no pick (commit=0)")
     return Decision("pick_smooth", f"{PICK_NEIGHBOURS} if kappa >= {PICK_KAPPA}",
                     f"where the {PICK_NEIGHBOURS} nearest rows' picks agree with the row's beyond chance",
-                    {"neighbours": PICK_NEIGHBOURS, "kappa": PICK_KAPPA, "line": ""})
+                    {"neighbours": PICK_NEIGHBOURS, "kappa": PICK_KAPPA})
 
 
 def pick_neighbours(options) -> int:
@@ -563,9 +554,11 @@ def plan_recipe(workspace, store, teachers, dataset, options, *, rmd_fit: str | 
     decide(); an empty recipe where the options leave nothing to kamal."""
     from kamalcli.recipe.evidence import gather
 
-    if not autos(options, teachers):
+    wanted = autos(options, teachers)
+    if not wanted:
         return Recipe()
-    evidence = gather(workspace, store, teachers, dataset, rmd_fit, check=needs_check(options, teachers),
+    # the prior's check reads the transfer rows' sentence vectors: made only where a rule reads it
+    evidence = gather(workspace, store, teachers, dataset, rmd_fit, check=bool({"score", "prior", "refit"} & wanted),
                       encoder=options.encoder, device=device)
     return decide(evidence, options)
 

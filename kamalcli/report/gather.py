@@ -110,7 +110,6 @@ def gather(workspace, store, student_options=None) -> Report:
     """student_options: the default student's, whose recipe the report shows (kamalcli/recipe/recipe.py)."""
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.service import selection_rows
-    from kamalcli.recipe.recipe import workspace_recipes
 
     teachers = {t.id: t for t in store.teachers()}
     datasets = {d.id: d for d in store.datasets()}
@@ -135,7 +134,7 @@ def gather(workspace, store, student_options=None) -> Report:
         report.probes.append(teacher_on_data(teachers[teacher_id], dataset, probe, store.probe_rows(probe.id),
                                              gold_of[dataset_id], aliases))
     report.selection = selection_rows(store)
-    report.recipes = workspace_recipes(workspace, store, student_options) if student_options is not None else []
+    report.recipes = _recipes(workspace, store, student_options)
     for s in store.students():
         latest = store.latest_evaluations(s.id)
         report.students.append(StudentView(
@@ -182,12 +181,18 @@ def probe_rows(teachers: dict, datasets: dict, probes) -> list[dict]:
     return rows
 
 
+def _recipes(workspace, store, student_options) -> list[dict]:
+    """Per set of teachers, the recipe the next amalgamate of student_options decides; none without options."""
+    from kamalcli.recipe.recipe import workspace_recipes
+
+    return workspace_recipes(workspace, store, student_options) if student_options is not None else []
+
+
 def text_report(store, workspace=None, student_options=None) -> dict:
     """What `kamal report` shows and its --json writes: probes, selection, per set of teachers the recipe the next
     kamal amalgamate of student_options would decide, rl-kd students' policies and generated datasets."""
     from kamalcli.data.text import is_generated
     from kamalcli.probe.service import selection_rows
-    from kamalcli.recipe.recipe import workspace_recipes
 
     teachers = {t.id: t for t in store.teachers()}
     datasets = {d.id: d for d in store.datasets()}
@@ -196,5 +201,5 @@ def text_report(store, workspace=None, student_options=None) -> dict:
     policies = policy_selection(store.students())
     generated = [{"data": d.name, **d.provenance} for d in datasets.values() if is_generated(d)]
     return {"probes": probe_rows(teachers, datasets, probes), "selection": selections,
-            "recipes": workspace_recipes(workspace, store, student_options) if student_options is not None else [],
+            "recipes": _recipes(workspace, store, student_options),
             "policy_selection": policies, "generated": generated}

@@ -89,6 +89,11 @@ def calibration_section(report: Report) -> str:
     return table + f'<div class="grid">{"".join(charts)}</div>'
 
 
+def _recipe_table(recipe) -> str:
+    """A recipe's decisions (kamalcli/recipe/recipe.py) as a table: decision, value, reason."""
+    return _table(["decision", "value", "reason"], recipe.rows(), numeric_from=3)
+
+
 def selection_section(report: Report) -> str:
     if not report.selection:
         return _missing("No selection measured yet: `kamal probe` with a labelled dataset and two teachers or more.")
@@ -111,7 +116,7 @@ def selection_section(report: Report) -> str:
     for entry in report.recipes:  # what the next amalgamate of the default student decides, by the same call
         recipe = Recipe.from_json(entry["recipe"])
         out.append(f"<h3>The next muki-hard student of {escape(', '.join(entry['teachers']))} decides</h3>")
-        out.append(_table(["decision", "value", "reason"], recipe.rows(), numeric_from=3))
+        out.append(_recipe_table(recipe))
         evidence = recipe.lines() + ([unread_sentence(entry["unread"])] if entry.get("unread") else [])
         out.extend(f'<p class="note">{escape(line)}</p>' for line in evidence)
     return "".join(out)
@@ -192,7 +197,7 @@ def student_block(s: StudentView) -> str:
         from kamalcli.recipe.recipe import Recipe
 
         lines.append('<p class="note">Decided before it trained:</p>')
-        lines.append(_table(["decision", "value", "reason"], Recipe.from_json(recorded).rows(), numeric_from=3))
+        lines.append(_recipe_table(Recipe.from_json(recorded)))
     choices = decided(s.train.get("objective") or {})
     if choices:
         lines.append(f'<p class="note">Decided when it trained: {escape(choices)}</p>')

@@ -62,8 +62,8 @@ def _decide_recipe(workspace, store, job: Job) -> Job:
         return job
     recipe = plan_recipe(workspace, store, job.teachers, job.dataset, job.options, rmd_fit=job.request.rmd_fit,
                          device=job.train.device)
-    return job.with_request(replace(job.request, recipe=recipe.as_json(),
-                                    rmd_fit=recipe.value("fit") or job.request.rmd_fit))
+    return replace(job, request=replace(job.request, recipe=recipe.as_json(),
+                                        rmd_fit=recipe.value("fit") or job.request.rmd_fit))
 
 
 def _say_plan(store, job: Job, say, detail) -> None:

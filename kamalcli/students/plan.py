@@ -49,7 +49,6 @@ class Job:
     teachers: tuple
     dataset: object             # the transfer set
     train: object               # kamalcli/train/loop.py TrainConfig, checked
-    recipe: Recipe = Recipe()   # every auto decided (kamalcli/recipe/recipe.py); empty until then
 
     @property
     def task(self) -> str:
@@ -60,12 +59,14 @@ class Job:
         return "extend" if self.request.parent else "amalgamate"
 
     @property
+    def recipe(self) -> Recipe:
+        """Every auto decided (kamalcli/recipe/recipe.py), as the request records it; empty until then."""
+        return Recipe.from_json(self.request.recipe)
+
+    @property
     def training_options(self):
         """The options the student trains with: every auto replaced by what the recipe decided."""
         return self.recipe.options_for(self.options)
-
-    def with_request(self, request: AmalgamateRequest) -> "Job":
-        return replace(self, request=request, recipe=Recipe.from_json(request.recipe))
 
 
 def pin_label_aliases(store, request: AmalgamateRequest, teachers) -> AmalgamateRequest:
@@ -191,7 +192,7 @@ def plan(store, request: AmalgamateRequest) -> Job:
     train = TrainConfig(**request.train)
     train.validate()
     request = replace(request, name=name, init=canonical_init(request.init))
-    return Job(request, method, options, tuple(teachers), dataset, train, Recipe.from_json(request.recipe))
+    return Job(request, method, options, tuple(teachers), dataset, train)
 
 
 def check_gold(store, gold_name: str, teachers, task: str) -> None:
