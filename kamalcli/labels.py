@@ -9,6 +9,7 @@ Names merged with `kamal labels merge` (Aliases) count as one name.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -23,6 +24,29 @@ def label_indices(gold: Sequence[str], names: Sequence[str]) -> np.ndarray:
     """Each gold label's position in names, -1 where names lacks it."""
     index = {name: i for i, name in enumerate(names)}
     return np.array([index.get(g, -1) for g in gold], dtype=np.int64)
+
+
+def label_name_problem(name: str) -> str | None:
+    """The one rule for a class name, from a teacher's config.json, add-teacher --labels or labels merge --as:
+    what is wrong with it, None when it is usable. A comma splits --labels and `kamal labels merge` lists, a
+    line break or tab splits predict's lines, and spaces around a name make it another name than it looks."""
+    if not name.strip():
+        return "is empty"
+    if name != name.strip():
+        return "has spaces around it"
+    if "," in name:
+        return "holds a comma (what separates names in --labels)"
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in name):
+        return "holds a line break, tab or other control character"
+    return None
+
+
+def check_label_names(names: Sequence[str], source, fix: str) -> None:
+    """Refuse, in one line that says how to fix it, the first name label_name_problem finds wrong."""
+    for name in names:
+        problem = label_name_problem(name)
+        if problem:
+            raise KamalError(f"{source}: label name {name!r} {problem}; {fix}")
 
 
 def is_generic_label(name: str) -> bool:

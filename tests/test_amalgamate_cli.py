@@ -68,6 +68,7 @@ def test_one_teacher_is_plain_distillation(two_teachers, assets):
     assert student["labels"] == ["world", "sports"] and [t["name"] for t in student["teachers"]] == ["news"]
 
 
+@pytest.mark.slow  # make test's budget: a quality check over a longer training, not logic
 def test_a_good_teacher_selection_gives_a_good_student(two_teachers, assets):
     two_teachers("add-data", assets["train"], "--name", "train", "--role", "eval")
     two_teachers("probe", "--data", "pool", "--data", "test", "--rmd-fit", "train", "--mc-samples", "4")

@@ -138,6 +138,9 @@ def test_synthesize_with_the_running_runs_teachers_goes_on(busy, tmp_path):
                               "try again when it has finished"),
     (["amalgamate", "--method", "muki-hard", "--name", "held", "--data", "pool", "--student", "{encoder}", *TRAIN],
      "Error: student held is in use: kamal amalgamate (pid {pid}) is writing it; try again when it has finished"),
+    (["amalgamate", "--resume", "held"],  # round 4, item 20
+     "Error: held is still running (kamal amalgamate, pid {pid}): nothing to resume until it stops (Ctrl-C there, "
+     "or kill {pid})"),
 ])
 def test_commands_that_touch_the_runs_teachers_data_or_student_are_refused(busy, assets, command, refusal):
     kamal, proc = busy

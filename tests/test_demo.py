@@ -5,6 +5,7 @@ import pytest
 from conftest import Kamal
 
 
+@pytest.mark.slow  # make test's budget: each step of the demo is in make test on its own
 def test_demo_end_to_end_on_a_tiny_base(assets, tmp_path):
     target = tmp_path / "demo"
     result = Kamal(None)("demo", "--dir", target, "--base", assets["encoder"])

@@ -238,3 +238,42 @@ def test_optimizer_failure_falls_back_to_the_plain_export(student, tmp_path, mon
     assert any("optimizer failed" in n and "simulated optimizer bug" in n for n in result.notes)
     assert result.parity["max_abs_diff"] < 1e-4 and (tmp_path / "plain" / "model.onnx").is_file()
     assert json.loads((tmp_path / "plain" / "export.json").read_text())["optimized"] is False
+
+
+def _deberta_v2_classifier(folder: Path) -> Path:
+    """A tiny random DeBERTa-v2 classifier with type_vocab_size 0 (as deberta-v3 ships: it reads no token type),
+    and tiny.py's BERT tokenizer, which still produces token_type_ids."""
+    import torch
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+    from tiny import make_tokenizer
+
+    torch.manual_seed(0)
+    config = DebertaV2Config(
+        vocab_size=len(vocabulary()), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, type_vocab_size=0, relative_attention=True,
+        position_buckets=16, pos_att_type=["p2c", "c2p"], position_biased_input=False, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, num_labels=len(LABELS), id2label=dict(enumerate(LABELS)),
+        label2id={name: i for i, name in enumerate(LABELS)})
+    DebertaV2ForSequenceClassification(config).save_pretrained(str(folder), safe_serialization=True)
+    make_tokenizer(folder)
+    return folder
+
+
+# round 4, item 6
+def test_a_deberta_v2_without_token_types_exports_only_the_inputs_it_takes(tmp_path):
+    from kamalcli.export.onnx import export_onnx
+    from kamalcli.export.runtime import OnnxClassifier
+    from kamalcli.models.loading import load_classifier, load_tokenizer
+
+    folder = _deberta_v2_classifier(tmp_path / "deberta")
+    texts = _texts(9)
+    result = export_onnx(folder, tmp_path / "out", parity_texts=texts)
+    assert result.inputs == ["input_ids", "attention_mask"] and result.parity["max_abs_diff"] < 1e-4
+    assert json.loads((tmp_path / "out" / "export.json").read_text())["inputs"] == ["input_ids", "attention_mask"]
+    assert "token_type_ids" not in (tmp_path / "out" / "README.md").read_text()  # the card's usage feeds none
+    clf = OnnxClassifier(tmp_path / "out")
+    assert clf.input_names == ["input_ids", "attention_mask"]
+    model, tokenizer = load_classifier(folder, attn="eager"), load_tokenizer(folder)
+    enc = tokenizer(texts, padding=True, truncation=True, max_length=64, return_tensors="np")
+    assert clf.predict(texts) == [LABELS[i] for i in _torch_logits((model, tokenizer), enc).argmax(-1)]

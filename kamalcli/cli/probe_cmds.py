@@ -110,7 +110,12 @@ def _selection_table(dataset: str, result: dict) -> None:
 def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
     """Probe results: uncertainty, calibration (ECE) in and out of domain, and selection quality."""
     from kamalcli.errors import KamalError
+    from kamalcli.probe.teacher_weights import stale_probe_lines
 
+    with app.reader() as store:
+        stale = stale_probe_lines(store.teachers())
+    for line in stale:
+        note(line)
     if html_path is not None:
         _html_report(app, html_path, as_json, force)
         return

@@ -39,6 +39,9 @@ def add_teacher(app: App, source: str, name: str | None, labels: str | None, cop
 @pass_app
 def teachers(app: App, as_json: bool) -> None:
     """The registered teachers and their labels, in registration order."""
+    from pathlib import Path
+
+    from kamalcli.models.folder import missing_folder_line
     from kamalcli.probe.teacher_weights import changed_line, changed_on_disk
     from kamalcli.teachers.label_merges import label_classes
 
@@ -47,20 +50,24 @@ def teachers(app: App, as_json: bool) -> None:
         spaces = {task: store.label_space([t for t in found if t.task == task]) for task in ("sequence", "token")}
         merged = label_classes(store)
     changed = changed_on_disk(found)  # read without recording: the next probe or amalgamate records it
-    for t in (t for t in found if t.id in changed):
-        note(f"{changed_line(t, changed[t.id])}: the next kamal probe or amalgamate records its new weights "
-             "and probes it again")
+    missing = {t.id for t in found if not Path(t.path).is_dir()}
+    for t in found:
+        if t.id in missing:
+            note(missing_folder_line(Path(t.path), f"teacher {t.name}"))
+        elif t.id in changed:
+            note(f"{changed_line(t, changed[t.id])}: the next kamal probe or amalgamate records its new weights "
+                 "and probes it again")
     aliases = spaces["sequence"].aliases
     if as_json:
         emit_json([{**t.as_json(), "classes": [aliases.canonical(label) for label in t.labels],
-                    "changed_on_disk": t.id in changed,
+                    "changed_on_disk": t.id in changed, "folder_missing": t.id in missing,
                     **({"fingerprint_on_disk": changed[t.id]} if t.id in changed else {})} for t in found])
         return
     table(
         "Teachers",
         ["name", "task", "labels", "model", "layers", "dropout", "origin", "fingerprint"],
         [(t.name, t.task, [_as_class(label, aliases) for label in t.labels], t.model_type, t.num_layers, t.dropout, t.origin,
-          t.fingerprint[:12] + (" (changed on disk)" if t.id in changed else "")) for t in found],
+          t.fingerprint[:12] + _disk_state(t.id, changed, missing)) for t in found],
         empty="none yet (kamal add-teacher FOLDER)",
     )
     for task, space in spaces.items():
@@ -69,6 +76,11 @@ def teachers(app: App, as_json: bool) -> None:
             click.echo(f"{kind} ({len(space)}): {', '.join(space.names)}")
     for one in merged:
         click.echo(f"Merged (kamal labels): {one.name} = {', '.join([one.name, *one.aliases])}")
+
+
+def _disk_state(teacher_id: int, changed, missing) -> str:
+    """What the fingerprint column adds when the folder is not as recorded."""
+    return " (folder missing)" if teacher_id in missing else " (changed on disk)" if teacher_id in changed else ""
 
 
 def _as_class(label: str, aliases) -> str:
@@ -81,16 +93,29 @@ def _as_class(label: str, aliases) -> str:
 @click.argument("name")
 @pass_app
 def remove_teacher(app: App, name: str) -> None:
-    """Forget a teacher (its probes go too; students trained from it keep their record)."""
+    """Forget a teacher (its probes go too, and its folder when kamal made it with train-teacher or add-teacher
+    --copy; students trained from it keep their record)."""
     from kamalcli.files import remove_artifacts
+    from kamalcli.teachers.label_merges import forget_untaught_merges
+    from kamalcli.teachers.register import folder_kamal_made
 
     with app.writer() as store:
         store.claim("teacher", name, exclusive=True)
-        paths = store.probe_artifacts(teacher_id=store.teacher(name).id)
-        teacher = store.remove_teacher(name)
-    remove_artifacts(app.workspace, paths)
-    click.echo(f"Removed teacher {teacher.name} and {len(paths)} cached probe folders "
-               f"(its model files at {teacher.path} were not touched)")
+        teacher = store.teacher(name)
+        paths = store.probe_artifacts(teacher_id=teacher.id)
+        own = folder_kamal_made(app.workspace, store, teacher)
+        store.remove_teacher(name)
+        forgotten = forget_untaught_merges(store)
+        remove_artifacts(app.workspace, paths + ([str(own)] if own else []))  # under the lock: the name is free
+    if own:
+        click.echo(f"Removed teacher {teacher.name}, {len(paths)} cached probe folders and the folder kamal made for "
+                   f"it ({own})")
+    else:
+        click.echo(f"Removed teacher {teacher.name} and {len(paths)} cached probe folders "
+                   f"(its model files at {teacher.path} were not touched)")
+    for merged in forgotten:
+        note(f"Forgot the merge {merged.name} = {', '.join([merged.name, *merged.aliases])}: no teacher has those "
+             "labels now")
 
 
 @click.command("train-teacher")

@@ -42,6 +42,7 @@ class TextTable:
     label_column: str | None
     columns: list[str]
     format: str
+    skipped: int = 0  # rows left out for having no label (add-data --skip-unlabelled)
 
     @property
     def num_rows(self) -> int:
@@ -103,7 +104,9 @@ def read_columns(source: str | Path, cache_dir: Path) -> tuple[str, list[str], d
 
 
 def table_of_texts(source, fmt: str, columns: list[str], rows: dict[str, list], text_column: str | None,
-                   label_column: str | None, want_labels: bool) -> TextTable:
+                   label_column: str | None, want_labels: bool, skip_unlabelled: bool = False) -> TextTable:
+    """The texts (and labels) of a file's columns; skip_unlabelled: rows with no label are left out (a label
+    queue filled in part way), not refused."""
     if fmt == "text":
         if label_column:
             raise KamalError(f"{source}: a .txt file holds one text per line and no labels; --label-column needs csv, jsonl or parquet")
@@ -122,16 +125,27 @@ def table_of_texts(source, fmt: str, columns: list[str], rows: dict[str, list], 
     if label_column is not None and label_column not in columns:
         raise KamalError(f"{source} has no column {label_column!r} (columns: {', '.join(columns)})")
 
-    texts = rows[text_column]
+    texts = list(rows[text_column])
     _check_texts(texts, text_column, source)
-    labels = None
-    if label_column is not None:
-        labels = []
-        for i, value in enumerate(rows[label_column]):
-            if value is None or (isinstance(value, str) and not value.strip()):
-                raise KamalError(f"{source}: row {i + 1} has no label in column {label_column!r}")
-            labels.append(str(value))
-    return TextTable(list(texts), labels, text_column, label_column, list(columns), fmt)
+    if label_column is None:
+        if skip_unlabelled:
+            raise KamalError(f"--skip-unlabelled leaves out the rows with no label: name the labels with --label-column "
+                             f"(columns: {', '.join(columns)})")
+        return TextTable(texts, None, text_column, None, list(columns), fmt)
+    values = rows[label_column]
+    unlabelled = [i for i, value in enumerate(values) if value is None or (isinstance(value, str) and not value.strip())]
+    if len(unlabelled) == len(texts):
+        raise KamalError(f"{Path(source).name}: no row has a label in column {label_column!r}")
+    if unlabelled and not skip_unlabelled:
+        listed = ", ".join(str(i + 1) for i in unlabelled[:5]) + (", ..." if len(unlabelled) > 5 else "")
+        one = len(unlabelled) == 1
+        raise KamalError(f"{Path(source).name}: {len(unlabelled)} of {len(texts)} rows {'has' if one else 'have'} no "
+                         f"label in column {label_column!r} ({'row' if one else 'rows'} {listed}): fill in every "
+                         f"label, or pass --skip-unlabelled to leave {'it' if one else 'them'} out")
+    skipped = set(unlabelled)
+    kept = [i for i in range(len(texts)) if i not in skipped]
+    return TextTable([texts[i] for i in kept], [str(values[i]) for i in kept], text_column, label_column,
+                     list(columns), fmt, skipped=len(skipped))
 
 
 def _check_texts(texts: list, column: str, source) -> None:
@@ -165,6 +179,8 @@ def _load_columns(path: Path, fmt: str, cache_dir: Path, delimiter: str | None) 
     # datasets logs a parser's failure at ERROR before raising it; kamal reports it itself, once.
     datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
     kwargs = {}
+    if fmt == "csv":  # only an empty field is missing: NA, N/A, None, null or NaN are texts and labels like any
+        kwargs.update(keep_default_na=False, na_values=[""])
     if delimiter not in (None, ","):
         kwargs["sep"] = delimiter
     try:
@@ -344,10 +360,11 @@ def read_cache(path: Path) -> tuple[list[str], list[str] | None]:
 def register_dataset(workspace, store, source: str, *, name: str | None, text_column: str | None,
                      label_column: str | None, role: str, data_format: str | None = None,
                      tokens_column: str | None = None, tags_column: str | None = None,
-                     max_chars: int | None = None):
+                     max_chars: int | None = None, skip_unlabelled: bool = False):
     """Read, check and record a dataset (texts, or tokens with BIO tags). Returns (dataset, notes for the user).
 
-    data_format: None (from the file), "conll" or "peoples-daily" (kamalcli/data/tokens.py).
+    data_format: None (from the file), "conll" or "peoples-daily" (kamalcli/data/tokens.py); skip_unlabelled:
+    text rows with no label are left out (and counted in a note) instead of refused.
     """
     from kamalcli.data import tokens as token_data
     from kamalcli.names import check_name, default_name
@@ -373,14 +390,20 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
                                  "parquet or CoNLL")
             table = token_data.table_from_rows(columns, rows, source, fmt, tokens_column, tags_column)
         else:
-            table = table_of_texts(path, fmt, columns, rows, text_column, label_column, want_labels=role in LABELLED_ROLES)
+            table = table_of_texts(path, fmt, columns, rows, text_column, label_column,
+                                   want_labels=role in LABELLED_ROLES, skip_unlabelled=skip_unlabelled)
     if isinstance(table, token_data.TokenTable):
+        if skip_unlabelled:
+            raise KamalError("--skip-unlabelled is for texts with labels; token data keeps every sentence")
         dataset, notes = _record_tokens(workspace, store, table, path, name, role)
         return dataset, read_notes + notes
     if role in LABELLED_ROLES and table.labels is None:
         raise KamalError(f"{source}: the {role} set needs gold labels; pass --label-column (columns: {', '.join(table.columns)})")
 
     notes = list(read_notes)
+    if table.skipped:
+        notes.append(f"Left out {table.skipped} of {table.skipped + table.num_rows} rows: they have no label in "
+                     f"column {table.label_column!r}.")
     counts = table.label_counts()
     if counts is not None:
         space = store.label_space(store.teachers_of_task("sequence"))

@@ -121,6 +121,15 @@ def _input_names(model, tokenizer) -> list[str]:
     return names
 
 
+def _inputs_kept(path: Path, names: list[str]) -> list[str]:
+    """The inputs the exported graph takes: the exporter drops one the model ignores (a DeBERTa-v2 with
+    type_vocab_size 0, as deberta-v3 ships, reads no token_type_ids), and a feed naming it would fail."""
+    import onnx
+
+    kept = {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
+    return [n for n in names if n in kept]
+
+
 def _dummy_inputs(tokenizer, names: list[str]):
     import torch
 
@@ -619,6 +628,7 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
     notes: list[str] = []
     result_warnings: list[str] = []
     fp32 = _export_fp32(model, tokenizer, names, work, opset, optimize, notes)
+    names = _inputs_kept(fp32.raw, names)
 
     # Parity of the fp32 model against PyTorch eager, on real texts with padding.
     max_length = token_limit(model.config, tokenizer)

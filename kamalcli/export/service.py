@@ -180,6 +180,17 @@ def _teacher_labels(store, teacher_row: dict) -> list[str]:
     return list(found.labels) if found and found.fingerprint == teacher_row["fingerprint"] else []
 
 
+def export_folder(workspace, out: str | None, default_name: str) -> Path:
+    """Where an export goes: --out as given, else default_name among the workspace's exports. An empty --out
+    (a variable that was not set) is refused, not taken for the default."""
+    if out is None:
+        return workspace.artifact_dir("exports") / default_name
+    if not out.strip():
+        raise KamalError("--out is empty: give the folder to export into, or leave --out off for the default "
+                         f"(exports/{default_name} in the workspace)")
+    return Path(out).expanduser().resolve()
+
+
 def check_target(workspace, store, target: Path, force: bool) -> None:
     """An export folder may replace (with --force) only a previous kamal export: never the workspace,
     a folder holding it, its state, or a folder with anything else in it."""
@@ -243,8 +254,7 @@ def export_student(workspace, store, student, *, quantize: str | None, out: str 
     from kamalcli.workspace.runs import recorded_run
 
     folder = student.folder
-    target = Path(out).expanduser().resolve() if out else \
-        workspace.artifact_dir("exports") / (student.name + (f"-{quantize}" if quantize else ""))
+    target = export_folder(workspace, out, student.name + (f"-{quantize}" if quantize else ""))
     check_target(workspace, store, target, force)
     parent = target.parent
     ensure_writable_dir(parent)
@@ -267,7 +277,7 @@ def export_hf(workspace, store, student, *, out: str | None, force: bool) :
     from kamalcli.workspace.runs import recorded_run
 
     folder = student.folder
-    target = Path(out).expanduser().resolve() if out else workspace.artifact_dir("exports") / f"{student.name}-hf"
+    target = export_folder(workspace, out, f"{student.name}-hf")
     check_target(workspace, store, target, force)
     ensure_writable_dir(target.parent)
     texts = parity_texts(store, student)[:CHECK_ROWS]

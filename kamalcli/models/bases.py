@@ -141,6 +141,15 @@ def _resolve(source: str, named: dict[str, NamedBase], what: str) -> Path:
     raise KamalError(f"{source}: no such folder, and not {what} ({', '.join(named)}) or a hub id")
 
 
+def recorded_lm_source(source: str) -> str:
+    """What a run records for --lm: a named LM or a hub id as given, a folder as its absolute path (a relative
+    path would mean another folder from another working directory)."""
+    path = Path(source).expanduser()
+    if source in LMS or not path.exists():
+        return source
+    return str(path.resolve())
+
+
 def resolve_classifier_source(source: str) -> Path:
     path = Path(source).expanduser()
     if path.exists() or not _HUB_ID.match(source):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kamalcli.errors import KamalError, first_line
 from kamalcli.files import sha256_files
-from kamalcli.labels import is_generic_label
+from kamalcli.labels import check_label_names, is_generic_label
 
 def task_of_architecture(architecture: str) -> str:
     return "token" if architecture.endswith("ForTokenClassification") else "sequence"
@@ -126,6 +126,7 @@ def _classifier_kind(source: str | Path, config: dict) -> tuple[str, str, str]:
     if not classifier:
         found = ", ".join(architectures) or "none"
         raise KamalError(f"{source} is neither a sequence nor a token classifier (architectures: {found})")
+    refuse_multi_label(config, str(source))
     task = task_of_architecture(classifier[0])
     model_type = config.get("model_type")
     if not model_type:
@@ -133,6 +134,29 @@ def _classifier_kind(source: str | Path, config: dict) -> tuple[str, str, str]:
     if not _known_model_type(model_type):
         raise KamalError(f"{source}: model type {model_type!r} is unknown to the installed transformers")
     return classifier[0], task, model_type
+
+
+MULTI_LABEL = "multi_label_classification"
+
+
+def refuse_multi_label(config: dict, who: str) -> None:
+    """The one rule for add-teacher and for a registered teacher's folder: kamal reads a teacher's outputs through
+    one softmax over its labels, which a multi-label head (a sigmoid per label) is not."""
+    if config.get("problem_type") == MULTI_LABEL:
+        raise KamalError(f"{who} is multi-label (problem_type {MULTI_LABEL}, a sigmoid per label); kamal supports "
+                         "single-label teachers only, for now")
+
+
+def check_registered_teacher(teacher) -> None:
+    """A registered teacher's config.json read again before probe or amalgamate use it or its cached outputs
+    (it may have been added by an older kamal, or rewritten since). A folder or config.json that is gone is
+    left to the command that loads it, which names it."""
+    try:
+        config = json.loads((Path(teacher.path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(config, dict):
+        refuse_multi_label(config, f"teacher {teacher.name}")
 
 
 def _label_names(source: str | Path, folder: Path, config: dict, labels: list[str] | None,
@@ -164,8 +188,7 @@ def _label_names(source: str | Path, folder: Path, config: dict, labels: list[st
         )
     if len(set(names)) != len(names):
         raise KamalError(f"{source}: label names repeat: {', '.join(names)}")
-    if any(not n.strip() for n in names):
-        raise KamalError(f"{source}: a label name is empty")
+    check_label_names(names, source, f"name its {num_labels} classes in order with --labels a,b,...")
     if task == "token":
         check_bio_labels(names, source)
     return names, generic
@@ -391,6 +414,17 @@ def _known_model_type(model_type: str) -> bool:
     except ImportError:  # pragma: no cover - transformers is a dependency
         return True
     return model_type in CONFIG_MAPPING_NAMES
+
+
+def missing_folder_line(path: Path, owner: str | None = None) -> str:
+    """What a command says of a model folder that is gone (owner: "teacher NAME"), with how to re-point it."""
+    if owner and owner.startswith("teacher "):
+        name = owner.removeprefix("teacher ")
+        how = f"kamal remove-teacher {name}, then kamal add-teacher NEW_FOLDER --name {name}"
+    else:
+        how = "a teacher's is re-pointed with kamal remove-teacher NAME, then kamal add-teacher NEW_FOLDER --name NAME"
+    whose = f"{owner}'s folder" if owner else "model folder"
+    return f"{whose} {path} is missing (moved or deleted?): move it back, or {how}"
 
 
 def kamal_json(folder: Path) -> dict:

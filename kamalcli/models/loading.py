@@ -16,7 +16,7 @@ from safetensors import SafetensorError
 from torch import nn
 
 from kamalcli.errors import KamalError, first_line
-from kamalcli.models.folder import auto_class, check_weight_files, task_of_folder
+from kamalcli.models.folder import auto_class, check_weight_files, missing_folder_line, task_of_folder
 
 
 def quiet_transformers() -> None:
@@ -35,13 +35,7 @@ def model_folder(folder: str | Path, owner: str | None = None) -> Path:
     path = Path(folder)
     if path.is_dir():
         return path
-    if owner and owner.startswith("teacher "):
-        name = owner.removeprefix("teacher ")
-        how = f"kamal remove-teacher {name}, then kamal add-teacher NEW_FOLDER --name {name}"
-    else:
-        how = "a teacher's is re-pointed with kamal remove-teacher NAME, then kamal add-teacher NEW_FOLDER --name NAME"
-    whose = f"{owner}'s folder" if owner else "model folder"
-    raise KamalError(f"{whose} {path} is missing (moved or deleted?): move it back, or {how}")
+    raise KamalError(missing_folder_line(path, owner))
 
 
 _LOAD_ERRORS = (OSError, ValueError, pickle.UnpicklingError, SafetensorError)

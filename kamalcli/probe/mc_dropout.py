@@ -54,8 +54,8 @@ def check_dropout(model: torch.nn.Module, settings: ProbeSettings, teacher_name:
     disable_mc_dropout(model)
     if active == 0:
         raise KamalError(
-            f"MC dropout is impossible for teacher {teacher_name}: it has no dropout with a rate above 0. "
-            "Use --mc-samples 1 (plain probabilities) or set a rate with --dropout 0.1"
+            f"MC dropout is impossible for teacher {teacher_name} (no dropout above 0): use --mc-samples 1, or give "
+            f"it a rate: kamal probe --teacher {teacher_name} --dropout 0.1"
         )
     return active
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kamalcli.errors import KamalError
 from kamalcli.files import remove_artifacts
-from kamalcli.models.folder import weight_files, weights_fingerprint
+from kamalcli.models.folder import check_registered_teacher, weight_files, weights_fingerprint
 
 
 def weights_stat(folder) -> tuple[tuple[str, int, int], ...]:
@@ -57,9 +57,20 @@ def changed_on_disk(teachers) -> dict[int, str]:
     return changed
 
 
+def stale_probe_lines(teachers) -> list[str]:
+    """For a reader that shows cached probes and cannot record anything (report, labels): one line per teacher
+    whose weights changed on disk since its probes were made."""
+    changed = changed_on_disk(teachers)
+    return [f"{changed_line(t, changed[t.id])}: its probes are stale until kamal probe runs again"
+            for t in teachers if t.id in changed]
+
+
 def refresh_teachers(workspace, store, teachers, say) -> list:
     """For a writer, before it reads any cached output: the teachers as recorded once their weights on disk
-    are checked. A changed teacher gets its new fingerprint, and its cached probes are forgotten."""
+    are checked. A changed teacher gets its new fingerprint, and its cached probes are forgotten; a teacher
+    kamal cannot read (a multi-label one) is refused first."""
+    for teacher in teachers:
+        check_registered_teacher(teacher)
     return [_refreshed(workspace, store, teacher, say) for teacher in teachers]
 
 

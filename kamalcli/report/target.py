@@ -1,5 +1,5 @@
-"""Where `kamal report --html` may write: never the workspace's own files or a model's folder, and over an
-existing file only when it is an earlier kamal report (or with --force)."""
+"""Where `kamal report --html` (and `kamal label-queue --out`) may write: never the workspace's own files or a
+model's folder, and over an existing file only when it is an earlier kamal report (or with --force)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,19 @@ def is_kamal_report(path: Path) -> bool:
     return GENERATOR.encode() in head
 
 
-def check_target(workspace, store, path: Path, force: bool) -> None:
-    """A KamalError (one line) unless the report may be written to path (absolute, symbolic links resolved)."""
+def check_writable(workspace, store, path: Path, what: str) -> None:
+    """A KamalError (one line) unless a file of the user's (what: "the report", "the queue") may be written to
+    path (absolute, symbolic links resolved): not kamal's own or a model's, in a folder that exists."""
     taken = _taken(workspace, store, path)
     if taken:
-        raise KamalError(f"cannot write the report to {path}: {taken}; choose another file")
+        raise KamalError(f"cannot write {what} to {path}: {taken}; choose another file")
     if not path.parent.is_dir():
-        raise KamalError(f"cannot write the report to {path}: no folder {path.parent}")
+        raise KamalError(f"cannot write {what} to {path}: no folder {path.parent}")
+
+
+def check_target(workspace, store, path: Path, force: bool) -> None:
+    """A KamalError (one line) unless the report may be written to path (absolute, symbolic links resolved)."""
+    check_writable(workspace, store, path, "the report")
     if not path.exists():
         return
     if not path.is_file():

@@ -239,6 +239,10 @@ def resume(workspace, store, name: str, *, say=print, detail=None):
 
     if store.find_student(name) is not None:
         raise KamalError(f"student {name!r} already finished; nothing to resume")
+    running = [r for r in store.runs(name=name, status="running") if r.kind in ("amalgamate", "extend")]
+    if running:  # a run still marked running holds its run lock: the app marked the dead ones interrupted
+        raise KamalError(f"{name} is still running (kamal {running[-1].kind}, pid {running[-1].pid}): nothing to "
+                         f"resume until it stops (Ctrl-C there, or kill {running[-1].pid})")
     run, params = resumable_run(store, ("amalgamate", "extend"), name, has_progress=started)
     if run is None:
         raise KamalError(f"no interrupted run named {name!r} with a checkpoint (see `kamal runs`)")

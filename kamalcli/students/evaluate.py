@@ -7,6 +7,7 @@ import numpy as np
 
 from kamalcli.data.text import load_labelled_rows
 from kamalcli.errors import KamalError
+from kamalcli.probe.teacher_weights import refresh_teachers
 from kamalcli.train.metrics import classification_metrics, subset_accuracy
 
 
@@ -73,9 +74,10 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
         if baseline.startswith("merge:"):
             raise KamalError("merge baselines are for text classifiers; token teachers are not merged")
         return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length,
-                                       teacher_names=teacher_names)
+                                       teacher_names=teacher_names, say=say)
     texts, gold = load_labelled_rows(dataset)
-    teachers = baseline_teachers(store, baseline, "sequence", teacher_names)
+    # as probe and amalgamate do: a teacher whose weights changed on disk has its stale cached outputs forgotten
+    teachers = refresh_teachers(workspace, store, baseline_teachers(store, baseline, "sequence", teacher_names), say)
     if teachers[0].task == "token":
         raise KamalError(f"teacher {teachers[0].name} tags tokens; measure it on token data with tags")
     all_teachers = store.teachers_of_task("sequence")
@@ -172,7 +174,7 @@ def evaluate_token_student(store, student, dataset, *, device: str = "auto") -> 
 
 
 def evaluate_token_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto",
-                            max_length: int = 128, teacher_names: tuple[str, ...] = ()) -> dict:
+                            max_length: int = 128, teacher_names: tuple[str, ...] = (), say=print) -> dict:
     """ensemble: argmax per word over all token teachers' concatenated logits (one O, the teachers' O logits
     log-sum-exp'ed, as vanilla-kd's target); teacher:NAME: that teacher's own tags."""
     from kamalcli.data.entities import entity_scores, o_row, tags_of
@@ -181,7 +183,7 @@ def evaluate_token_baseline(workspace, store, baseline: str, dataset, *, device:
     from kamalcli.runtime import resolve_device
 
     sentences, gold = _tagged(dataset)
-    teachers = baseline_teachers(store, baseline, "token", teacher_names)
+    teachers = refresh_teachers(workspace, store, baseline_teachers(store, baseline, "token", teacher_names), say)
     outputs, _ = token_probe.teacher_outputs(workspace, store, teachers, dataset, max_length=max_length,
                                              mc_samples=token_probe.cached_passes(store, teachers, dataset, max_length),
                                              device=resolve_device(device), say=lambda *a, **k: None)

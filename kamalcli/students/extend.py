@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kamalcli.students.amalgamate import amalgamate
-from kamalcli.students.plan import AmalgamateRequest
+from kamalcli.students.plan import AmalgamateRequest, transfer_data
 from kamalcli.errors import KamalError
 
 
@@ -52,10 +52,11 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
     for teacher in new:
         if teacher.fingerprint in seen or teacher.student_id == parent.id:
             raise KamalError(f"teacher {teacher.name} is already part of student {parent.name}")
-    known = set(parent.labels)
-    added = [label for t in new for label in t.labels if label not in known]
+    canonical = store.label_aliases().canonical
+    known = {canonical(label) for label in parent.labels}
+    added = list(dict.fromkeys(canonical(label) for t in new for label in t.labels if canonical(label) not in known))
     if not added and not refine:
-        labels = ", ".join(sorted({label for t in new for label in t.labels}))
+        labels = ", ".join(sorted({canonical(label) for t in new for label in t.labels}))
         raise KamalError(
             f"{', '.join(teacher_names)} only knows labels {parent.name} has already ({labels}): nothing to extend; "
             "pass --refine to retrain on them anyway"
@@ -75,10 +76,12 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
         options = [o for o in options if not o.startswith("calibrate=")] + ["calibrate=rank"]
         say("Teacher confidences are compared per teacher (calibrate=rank): the old student is less sure "
             "of everything than a new teacher. --option calibrate=none compares them raw.")
-    shared = sorted({label for t in new for label in t.labels if label in known})
+    shared = sorted({canonical(label) for t in new for label in t.labels if canonical(label) in known})
     if shared:
         say(f"Labels {', '.join(shared)} are known to {parent.name} and taught again by the new teacher(s): "
             "both map onto the same label.")
+    if base.data:  # refused (a test set) before the old student is registered as a teacher
+        transfer_data(store, base.data, parent.task)
     self_teacher = student_as_teacher(workspace, store, parent, say)
     request = replace(base, method=method, options=options, name=name, parent=parent.name,
                       teachers=[self_teacher.name, *[t.name for t in new]], student=parent.path)

@@ -28,21 +28,25 @@ NEAR_DUPLICATE = 0.95
 CANDIDATES = 10  # times N: rows considered for the spread
 
 
-def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: int, device: str) -> list[dict]:
+def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: int, device: str,
+               say=print) -> list[dict]:
     """The N rows to label, most useful first, each with the teachers' suggestion and the signals."""
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.methods.vanilla_kd import union_logits
     from kamalcli.probe.outputs import teacher_outputs
     from kamalcli.probe.runner import Runner
+    from kamalcli.probe.teacher_weights import refresh_teachers
 
     if dataset.task != "sequence":
         raise KamalError(f"dataset {dataset.name} holds tokens with tags; label-queue is for texts")
+    dataset.refuse_test(f"kamal label-queue --data {dataset.name}")  # its labelled rows would train a student
     texts, _ = load_dataset_rows(dataset)
     if not 1 <= n <= len(texts):
         raise KamalError(f"--n {n}: dataset {dataset.name} has {len(texts)} rows; ask for 1 to {len(texts)}")
     teachers = store.teachers_of_task("sequence")
     if not teachers:
         raise KamalError("no text teachers registered: the queue ranks rows by how the teachers disagree")
+    teachers = refresh_teachers(workspace, store, teachers, say)
     runner = Runner(workspace, store, device=device)
     outputs = teacher_outputs(store, teachers, [runner.logits_probe(t, dataset, max_length) for t in teachers])
     union = softmax(union_logits(outputs))
@@ -106,6 +110,13 @@ def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
     return taken
 
 
+def check_place(workspace, store, out: Path) -> None:
+    """report --html's guard: never the workspace's own files or a model's folder, and a folder that exists."""
+    from kamalcli.report.target import check_writable
+
+    check_writable(workspace, store, out.expanduser().resolve(), "the queue")
+
+
 def check_out(out: Path, force: bool = False) -> Path:
     """A .csv or .jsonl file, not one that exists (labels filled in?) unless force."""
     if out.suffix.lower() not in (".csv", ".jsonl"):
@@ -126,4 +137,7 @@ def write_queue(rows: list[dict], out: Path, *, force: bool = False) -> None:
         writer.writeheader()
         writer.writerows(rows)
         text = buffer.getvalue()
-    write_text_atomic(out, text)
+    try:
+        write_text_atomic(out, text)
+    except OSError as e:  # the folder went away, or is read-only
+        raise KamalError(f"cannot write the queue to {out}: {e.strerror or e}") from None

@@ -103,6 +103,14 @@ def check_task(dataset, task: str, role: str) -> None:
         raise KamalError(f"{role} data {dataset.name} holds {holds}; {task} teachers need {need}")
 
 
+def transfer_data(store, name: str | None, task: str):
+    """The transfer set: the one named (--data NAME), never a test set, else kamal's choice."""
+    dataset = store.dataset(name) if name else _default_transfer(store, task)
+    dataset.refuse_test(f"--data {dataset.name}")
+    check_task(dataset, task, "transfer")
+    return dataset
+
+
 def _default_transfer(store, task: str = "sequence"):
     """kamal's choice without --data: the one transfer set of real text; generated text only when there is none
     (it serves the scores' fits and data-free runs)."""
@@ -169,8 +177,7 @@ def plan(store, request: AmalgamateRequest) -> Job:
     if task == "token" and request.reprobe:
         raise KamalError("--reprobe chooses among cached sentence-level probes; token teachers' per-word outputs are "
                          "cached by data, --max-length and --mc-samples: change one of them to compute new ones")
-    dataset = store.dataset(request.data) if request.data else _default_transfer(store, task)
-    check_task(dataset, task, "transfer")
+    dataset = transfer_data(store, request.data, task)
     if request.select_by != "transfer-loss":
         if not request.select_by.startswith("eval:"):
             raise KamalError(f"--select-by {request.select_by!r}: use transfer-loss or eval:NAME")
@@ -233,16 +240,15 @@ def _check_merge_shapes(base: str, layers: int | None, teachers) -> None:
     teacher have one shape. Teachers fine-tuned from a base's first N layers (`train-teacher --base-layers N`)
     merge into a student of the same N layers."""
     from kamalcli.models.bases import resolve_model_source
-    from kamalcli.models.folder import read_config
+    from kamalcli.models.folder import depth_and_width, read_config
 
-    def shape(config: dict) -> str:
-        return (f"{config.get('model_type')}, {config.get('num_hidden_layers')} layers of "
-                f"{config.get('hidden_size')}, vocabulary {config.get('vocab_size')}")
+    def shape(folder: Path, layers: int | None = None) -> str:
+        config, (depth, width) = read_config(folder), depth_and_width(folder)  # as add-teacher reads them
+        return f"{config.get('model_type')}, {layers or depth} layers of {width}, vocabulary {config.get('vocab_size')}"
 
-    config = read_config(resolve_model_source(base))
-    wanted = shape({**config, **({"num_hidden_layers": layers} if layers is not None else {})})
+    wanted = shape(resolve_model_source(base), layers)
     for teacher in teachers:
-        found = shape(read_config(Path(teacher.path)))
+        found = shape(Path(teacher.path))
         if found != wanted:
             raise KamalError(f"--init merge: teacher {teacher.name} ({found}) was not fine-tuned from the student "
                              f"{base} ({wanted}); --student must be the base the teachers share, and "

@@ -119,14 +119,14 @@ def text_outputs(student, texts: list[str], *, export=None, device: str = "auto"
         from kamalcli.export.runtime import OnnxClassifier
 
         classifier = OnnxClassifier(Path(export.path), device=device)
-        scope = classifier.scope
+        scope, calibration = current_trust(student, classifier)
         if scope is not None and scope.needs_features and not classifier.has_features:
             runtime.say_once(f"the ONNX export of {student.name} predates its scope score (no `features` output): "
                              f"run `kamal export {student.name} --onnx --force` for in_scope and scope_score.")
             scope = None
         logits, features = classifier.predict_outputs(texts, batch_size=batch_size, max_length=student.max_length,
                                                       features=scope is not None and scope.needs_features)
-        return TextOutputs(list(classifier.labels), logits, features, scope, classifier.calibration)
+        return TextOutputs(list(classifier.labels), logits, features, scope, calibration)
     from kamalcli.models.inference import classifier_logits, classifier_logits_and_features
     from kamalcli.runtime import resolve_device
     from kamalcli.trust.conformal import load_calibration
@@ -141,6 +141,31 @@ def text_outputs(student, texts: list[str], *, export=None, device: str = "auto"
         logits, features = classifier_logits(folder, texts, student.max_length, device=device,
                                              batch_size=batch_size), None
     return TextOutputs(list(student.labels), logits, features, scope, load_calibration(folder))
+
+
+def current_trust(student, classifier) -> tuple[object | None, object | None]:
+    """The scope and calibration the ONNX export answers with: the student's own, which `kamal scope` and
+    `kamal calibrate` may have refitted since the export copied them, so that predict --onnx agrees with
+    predict; the export's copies only when the student's folder is gone. Said once when those copies are older."""
+    from kamalcli.trust.conformal import FILE as CALIBRATION_FILE, load_calibration
+    from kamalcli.trust.scope import FILE as SCOPE_FILE, load_scope
+
+    folder = Path(student.path)
+    if not (folder / "config.json").is_file():
+        return classifier.scope, classifier.calibration
+    stale = [what for what, name in (("scope", SCOPE_FILE), ("calibration", CALIBRATION_FILE))
+             if _bytes(folder / name) != _bytes(classifier.folder / name)]
+    if stale:
+        runtime.say_once(f"Note: {student.name}'s {' and '.join(stale)} changed since its ONNX export; predict uses "
+                         f"the student's.\n  To update the export: kamal export {student.name} --onnx --force")
+    return load_scope(folder), load_calibration(folder)
+
+
+def _bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def _aligned(texts: list[str], run: Callable[[list[str]], list[dict]], empty: dict) -> list[dict]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.files import write_json_atomic
-from kamalcli.runtime import resolve_device
+from kamalcli.runtime import resolve_device, say_once
 from kamalcli.trust import conformal
 from kamalcli.trust.scope import DEFAULT_KEEP, DEFAULT_SCORE, Scope, check_keep, fit_scope
 
@@ -27,7 +27,14 @@ def scope_from_model(model, encoded, *, data: str, device: str, keep: float = DE
     from kamalcli.models.inference import logits_and_features
 
     logits, features = logits_and_features(model, encoded, device=device)
-    return fit_scope(logits, features, score=score, keep=keep, data=data, seed=seed)
+    return _note_said(fit_scope(logits, features, score=score, keep=keep, data=data, seed=seed))
+
+
+def _note_said(scope: Scope) -> Scope:
+    """The scope, its note (why its score is not the one asked for) said on stderr."""
+    if scope.note:
+        say_once(f"Note: {scope.note}.")
+    return scope
 
 
 def fit_student_scope(store, student, dataset, *, keep: float = DEFAULT_KEEP, score: str = DEFAULT_SCORE,
@@ -40,7 +47,7 @@ def fit_student_scope(store, student, dataset, *, keep: float = DEFAULT_KEEP, sc
     folder = sequence_student(student, "a scope").folder
     texts, _ = load_dataset_rows(dataset)
     logits, features = classifier_logits_and_features(folder, texts, student.max_length, device=resolve_device(device))
-    scope = fit_scope(logits, features, score=score, keep=keep, data=dataset.name, seed=student.seed)
+    scope = _note_said(fit_scope(logits, features, score=score, keep=keep, data=dataset.name, seed=student.seed))
     with store.transaction():
         store.set_student_trust(student.id, scope=scope.as_json())
         scope.save(folder)

@@ -15,7 +15,7 @@ import hashlib
 import json
 import shutil
 import string
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -73,26 +73,27 @@ class SynthesisRequest:
             if not ok:
                 raise KamalError(message)
         for prompt in self.prompts:
-            try:
-                fields = {name for _, name, _, _ in string.Formatter().parse(prompt) if name is not None}
-            except ValueError as e:
-                raise KamalError(f"--prompt {prompt!r}: {e} (write {{{{ and }}}} for a literal brace)") from None
-            unknown = sorted(fields - set(PROMPT_FIELDS))
-            if unknown:
-                raise KamalError(f"--prompt {prompt!r}: unknown field {{{unknown[0]}}}; a prompt may use "
-                                 + ", ".join(f"{{{f}}}" for f in PROMPT_FIELDS))
-            if "label" not in fields:
-                raise KamalError(f"--prompt {prompt!r} has no {{label}}: the class name goes there")
-            _check_fills(prompt)
+            _check_prompt(prompt)
 
 
-def _check_fills(prompt: str) -> None:
-    """The template takes a class name: a format spec, conversion or attribute on {label} may not."""
+def _check_prompt(prompt: str) -> None:
+    """A template has {label}, filled with a class name as it is: no other field, format spec or conversion."""
     try:
-        prompt.format(label=_readable("a_class-name"))
-    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as e:
-        raise KamalError(f"--prompt {prompt!r}: a class name cannot fill {{label}} here ({e}); "
-                         "write {label} as it is") from None
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(prompt)
+                  if name is not None]
+    except ValueError as e:
+        raise KamalError(f"--prompt {prompt!r}: {e} (write {{{{ and }}}} for a literal brace)") from None
+    unknown = sorted({name for name, _, _ in fields} - set(PROMPT_FIELDS))
+    if unknown:
+        raise KamalError(f"--prompt {prompt!r}: unknown field {{{unknown[0]}}}; a prompt may use "
+                         + ", ".join(f"{{{f}}}" for f in PROMPT_FIELDS))
+    if not fields:
+        raise KamalError(f"--prompt {prompt!r} has no {{label}}: the class name goes there")
+    for _, spec, conversion in fields:
+        if spec or conversion:
+            shown = (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise KamalError(f"--prompt {prompt!r}: {{label}} takes no format spec or conversion ({shown}); "
+                             "write {label} as it is")
 
 
 @dataclass(frozen=True)
@@ -155,11 +156,12 @@ def synthesize(workspace, store, request: SynthesisRequest, *, say=print):
     if taggers:  # steering needs one class score per text; a token teacher has one per word
         raise KamalError(f"synthesize steers text towards a teacher's sentence classes, and {', '.join(taggers)} "
                          "tag tokens: name sentence teachers with --teacher")
-    from kamalcli.models.bases import resolve_lm_source
+    from kamalcli.models.bases import recorded_lm_source, resolve_lm_source
     from kamalcli.models.folder import check_causal_lm
 
     lm_folder = resolve_lm_source(request.lm)
     check_causal_lm(lm_folder, f"--lm {request.lm}")  # before a run is recorded or anything loads
+    request = replace(request, lm=recorded_lm_source(request.lm))
     params = {**asdict(request), "teachers": [t.name for t in teachers],
               "teacher_fingerprints": [t.fingerprint for t in teachers], "lm_fingerprint": _lm_fingerprint(lm_folder)}
     params.pop("device")

@@ -3,8 +3,10 @@
 A merge is recorded in the workspace (the label_aliases table) and read wherever the union is built
 (Store.label_space): the teachers' outputs for the merged names land in one column, gold labels may use any
 of the names, students record the classes they were trained over. Refused in one line, with nothing
-changed: unknown names, names that are one class already, two labels of one teacher, a name taken by
-another class, a sequence label with an entity type, splitting what was never merged.
+changed: unknown names, a token teacher's B-/I- tags (its entity types merge), names that are one class
+already, two labels of one teacher, a name taken by another class or not usable as one (labels.py's rule), a
+sequence label with an entity type, splitting what was never merged. A merge goes with the last teacher that
+has one of its names (remove-teacher).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kamalcli.errors import KamalError
-from kamalcli.labels import Aliases
+from kamalcli.labels import Aliases, check_label_names
 
 OUTSIDE = "O"  # every token teacher's "outside" tag: never merged
 
@@ -24,6 +26,12 @@ class LabelClass:
     name: str
     aliases: tuple[str, ...]
     teachers: dict[str, tuple[str, ...]]   # teacher -> its labels in the class
+
+    @property
+    def taught(self) -> list[str]:
+        """The class's names some teacher has, in the class's order: what a split makes classes again."""
+        names = {label for labels in self.teachers.values() for label in labels}
+        return [n for n in (self.name, *self.aliases) if n in names]
 
     def as_json(self) -> dict:
         return {"name": self.name, "aliases": list(self.aliases),
@@ -46,7 +54,7 @@ def merge_labels(store, labels: list[str], name: str | None = None) -> LabelClas
     if len(labels) < 2:
         raise KamalError("give two labels or more to merge (see `kamal labels`)")
     aliases, owners = store.label_aliases(), mergeable_names(store.teachers())
-    classes = list(dict.fromkeys(_class_of(label, aliases, owners) for label in labels))
+    classes = list(dict.fromkeys(_class_of(label, labels, aliases, owners) for label in labels))
     if len(classes) < 2:
         raise KamalError(f"{' and '.join(map(repr, labels))} are one class already (see `kamal labels`)")
     members = list(dict.fromkeys(m for c in classes for m in (c, *aliases.of(c))))
@@ -78,9 +86,22 @@ def label_classes(store) -> list[LabelClass]:
     return [_label_class(n, [n, *aliases.of(n)], owners) for n in names]
 
 
-def _class_of(label: str, aliases: Aliases, owners: dict) -> str:
+def forget_untaught_merges(store) -> list[LabelClass]:
+    """The merges none of whose names a teacher has any more (their teachers were removed), undone: a teacher
+    added later with one of those labels keeps its own name. Returns them."""
+    untaught = [merged for merged in label_classes(store) if not merged.teachers]
+    for merged in untaught:
+        store.split_label(merged.name, [])
+    return untaught
+
+
+def _class_of(label: str, labels: list[str], aliases: Aliases, owners: dict) -> str:
     if label == OUTSIDE:
         raise KamalError("O is every token teacher's 'outside' tag: it cannot be merged")
+    kind = next(iter(entity_types([label])), None)
+    if label not in owners and any(task == "token" for _, task in owners.get(kind, [])):
+        types = " ".join(dict.fromkeys(t for name in labels for t in entity_types([name]) or [name]))
+        raise KamalError(f"{label!r} is a tag of token teachers: merge their entity types (kamal labels merge {types})")
     if label not in owners and label not in aliases.to.values():
         raise KamalError(f"no label {label!r}: not a label of any teacher (see `kamal labels`)")
     return aliases.canonical(label)
@@ -101,10 +122,10 @@ def _check_apart(merged: LabelClass) -> None:
 
 
 def _check_name(name: str, members: list[str], aliases: Aliases, owners: dict) -> None:
-    if not name.strip() or name != name.strip() or "," in name:
-        raise KamalError(f"{name!r} is not a usable class name (no commas, no leading or trailing spaces)")
-    if name == OUTSIDE or (name not in members and (name in owners or name in aliases.to
-                                                    or name in aliases.to.values())):
+    check_label_names([name], "--as", "pick another --as")
+    if name == OUTSIDE:
+        raise KamalError("'O' is kept for every token teacher's 'outside' tag; pick another --as")
+    if name not in members and (name in owners or name in aliases.to or name in aliases.to.values()):
         other = aliases.canonical(name)
         raise KamalError(f"{name!r} is already the name of another class ({other}); pick another --as")
 

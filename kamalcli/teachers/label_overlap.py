@@ -238,8 +238,13 @@ def _behaviour(store, teachers, data: str | None, notes: list[str]):
 
     from kamalcli.errors import KamalError
     from kamalcli.probe.arrays import ProbeArrays
+    from kamalcli.probe.teacher_weights import stale_probe_lines
 
     if len(teachers) < 2:
+        return None, None
+    stale = stale_probe_lines(teachers)
+    if stale:
+        notes.extend([*stale, "A teacher's probes are stale, so only the names were compared."])
         return None, None
     candidates = [store.dataset(data)] if data else sorted(
         (d for d in store.datasets() if d.task == "sequence"), key=lambda d: (d.role != "transfer", -d.num_rows))

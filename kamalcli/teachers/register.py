@@ -80,7 +80,8 @@ def _notes(store, info: ModelFolder, name: str) -> list[str]:
             "outputs are computed with its own tokenizer and cached."
         )
     if info.dropout in (0, 0.0):
-        notes.append(f"{name} has dropout 0: MC-dropout probing needs --dropout P (or --mc-samples 1).")
+        notes.append(f"{name} has dropout 0: MC-dropout probing needs a rate (kamal probe --teacher {name} --dropout 0.1) "
+                     "or --mc-samples 1.")
     return notes
 
 
@@ -128,3 +129,13 @@ def _copy_into(workspace, info: ModelFolder) -> tuple[Path, Path | None]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target, target
+
+
+def folder_kamal_made(workspace, store, teacher) -> Path | None:
+    """The teacher's folder when kamal made it in this workspace's teachers (train-teacher, add-teacher --copy)
+    and no other teacher reads it: what remove-teacher removes with it. None for a user's own folder."""
+    path = Path(teacher.path).resolve()
+    if path.parent != workspace.artifact_dir("teachers").resolve() or not path.is_dir():
+        return None
+    shared = any(Path(t.path).resolve() == path for t in store.teachers() if t.id != teacher.id)
+    return None if shared else path

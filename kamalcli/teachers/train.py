@@ -139,6 +139,7 @@ def _checked_dataset(store, request: TeacherRequest):
     if store.find_teacher(name=request.name) is not None:
         raise KamalError(f"a teacher named {request.name!r} exists already; choose another --name")
     dataset = store.dataset(request.data)
+    dataset.refuse_test(f"kamal train-teacher {dataset.name}")
     if not dataset.has_labels:
         raise KamalError(f"dataset {dataset.name} has no labels to train on (add it with --label-column)")
     token = dataset.task == "token"
@@ -208,6 +209,16 @@ def base_for_folder(base: str) -> str:
     return base
 
 
+def teacher_folder(workspace, store, name: str) -> Path:
+    """Where train-teacher saves teacher NAME: the workspace's teachers/NAME, refused (before training) when
+    another teacher reads that folder. One no teacher reads is a removed teacher's, which the new one replaces."""
+    final = workspace.artifact_dir("teachers") / name
+    reader = next((t for t in store.teachers() if Path(t.path).resolve() == final.resolve()), None)
+    if reader is not None:
+        raise KamalError(f"{final} is the folder of teacher {reader.name}; choose another --name")
+    return final
+
+
 def _publish_teacher(workspace, store, request: TeacherRequest, dataset, problem: _TeacherProblem, config,
                      score: dict, say):
     """The trained model saved into the workspace's teachers and registered; returns (teacher, folder).
@@ -224,9 +235,10 @@ def _publish_teacher(workspace, store, request: TeacherRequest, dataset, problem
         if twin is not None:
             raise KamalError(f"the trained weights are identical to those of teacher {twin.name!r} (the same rows, "
                              f"labels, base and settings): use {twin.name}, or train with another --seed")
-        final = workspace.artifact_dir("teachers") / request.name
-        if final.exists():
-            raise KamalError(f"{final} exists already (a teacher of that name was removed?); move it away first")
+        final = teacher_folder(workspace, store, request.name)
+        if final.exists():  # left by a removed teacher of this name (an older kamal's remove-teacher kept it)
+            shutil.rmtree(final)
+            say(f"Replaced {final}, the folder of a teacher {request.name} removed earlier.")
         publish_dir(staging, final)
     finally:
         shutil.rmtree(staging.parent, ignore_errors=True)
@@ -248,6 +260,7 @@ def train_teacher(workspace, store, request: TeacherRequest, *, say=print, resum
     from kamalcli.train.loop import TrainConfig
 
     dataset = _checked_dataset(store, request)
+    teacher_folder(workspace, store, request.name)
     store.claim("teacher", request.name, exclusive=True)
     store.claim_inputs(datasets=[dataset])
     token = dataset.task == "token"

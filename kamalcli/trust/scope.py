@@ -27,6 +27,7 @@ from kamalcli.trust.mahalanobis import RMDModel, fit_rmd
 FILE = "scope.npz"  # in the student's folder and its exports: one file, replaced whole (the settings and rmd's Gaussians)
 SCORES = ("energy", "msp", "rmd")
 DEFAULT_SCORE = "rmd"
+FALLBACK_SCORE = "energy"  # when rmd cannot separate anything: the student puts every fit row in one class
 DEFAULT_KEEP = 0.95
 FOLDS = 5
 MIN_ROWS = 20
@@ -40,6 +41,7 @@ class Scope:
     rows: int
     data: str = ""
     rmd: RMDModel | None = field(default=None, repr=False)
+    note: str = ""       # why the score is not the one asked for (fit_scope's fallback), else ""
 
     @property
     def needs_features(self) -> bool:
@@ -53,7 +55,7 @@ class Scope:
 
     def as_json(self) -> dict:
         return {"score": self.score, "threshold": self.threshold, "keep": self.keep, "rows": self.rows,
-                "data": self.data}
+                "data": self.data, **({"note": self.note} if self.note else {})}
 
     def save(self, folder: Path) -> None:
         """scope.npz: `settings` (JSON text) and, for rmd, the Gaussians (means, precision, mean0, precision0)."""
@@ -87,20 +89,27 @@ def fit_scope(logits: np.ndarray, features: np.ndarray | None = None, *, score: 
     rmd's Gaussians are fitted on the same rows, which then lie closer to them than new rows do (measured:
     a threshold from the fit rows' own scores kept 65-68% of new in-scope rows where 95% was asked). So its
     threshold comes from out-of-fold scores: each row scored by Gaussians fitted without it (`folds` folds);
-    the Gaussians kept are fitted on every row."""
+    the Gaussians kept are fitted on every row. When the student puts every row in one class, rmd cannot
+    tell anything apart: energy is fitted instead, and the scope's note says why."""
     check_keep(keep)
     logits = np.asarray(logits)
     if len(logits) < MIN_ROWS:
         raise KamalError(f"a scope needs at least {MIN_ROWS} transfer rows to fit; this data has {len(logits)}")
     if score not in SCORES:
         raise KamalError(f"unknown scope score {score!r}: {', '.join(SCORES)}")
-    rmd = None
+    rmd, note = None, ""
+    classes = logits.argmax(axis=1)
+    if score == "rmd" and len(np.unique(classes)) < 2:
+        # One class: its Gaussian is the background one, so every text's RMD is 0 and every text is in scope.
+        note = (f"the student puts all {len(classes)} rows of {data or 'the data'} in one class, where rmd would "
+                f"call every text in scope: fitted {FALLBACK_SCORE} instead")
+        score = FALLBACK_SCORE
     if score == "rmd":
-        rmd, values = rmd_out_of_fold(logits.argmax(axis=1), np.asarray(features), folds=folds, seed=seed)
+        rmd, values = rmd_out_of_fold(classes, np.asarray(features), folds=folds, seed=seed)
     else:
         values = scope_scores(score, logits)
     threshold = float(np.quantile(values, 1.0 - keep, method="lower"))
-    return Scope(score=score, threshold=threshold, keep=keep, rows=len(values), data=data, rmd=rmd)
+    return Scope(score=score, threshold=threshold, keep=keep, rows=len(values), data=data, rmd=rmd, note=note)
 
 
 def rmd_out_of_fold(classes: np.ndarray, features: np.ndarray, *, folds: int = FOLDS,
@@ -129,7 +138,7 @@ def load_scope(folder: Path) -> Scope | None:
             rmd = RMDModel.from_arrays(z) if settings["score"] == "rmd" else None
         return Scope(score=str(settings["score"]), threshold=float(settings["threshold"]),
                      keep=float(settings["keep"]), rows=int(settings["rows"]), data=str(settings.get("data", "")),
-                     rmd=rmd)
+                     rmd=rmd, note=str(settings.get("note", "")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
