@@ -267,27 +267,27 @@ def _torch_reference(model, batches: _Batches, *, features: bool) -> tuple[np.nd
             np.concatenate(vectors).astype(np.float64) if features else None)
 
 
-def _ort_logits(session, batches: _Batches) -> np.ndarray:
-    return np.concatenate([_real_rows(session.run(["logits"], feed)[0], feed)
-                           for feed in batches.feeds]).astype(np.float64)
+def _ort_outputs(session, batches: _Batches, features: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The session's logits on the parity batches and, when asked, its `features` (what an rmd scope reads), from
+    one pass."""
+    names = ["logits", "features"] if features else ["logits"]
+    logits, vectors = [], []
+    for feed in batches.feeds:
+        out = session.run(names, feed)
+        logits.append(_real_rows(out[0], feed))
+        if features:
+            vectors.append(out[1])
+    return (np.concatenate(logits).astype(np.float64),
+            np.concatenate(vectors).astype(np.float64) if features else None)
 
 
-def _features_parity(path: Path, batches: _Batches, reference: np.ndarray) -> float:
-    """max |difference| of the `features` output (what an rmd scope reads) against PyTorch's."""
-    from kamalcli.export.runtime import create_session
-
-    session = create_session(path, "cpu")
-    got = np.concatenate([session.run(["features"], feed)[0] for feed in batches.feeds])
-    return float(np.abs(got - reference).max())
-
-
-def _run(path: Path, batches: _Batches) -> tuple[list[str], np.ndarray]:
-    """(providers, logits) of an ONNX file on the parity batches, on the CPU."""
+def _run(path: Path, batches: _Batches, features: bool = False) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    """(providers, logits, features or None) of an ONNX file on the parity batches, on the CPU."""
     from kamalcli.export.runtime import create_session
 
     try:
         session = create_session(path, "cpu")
-        return list(session.get_providers()), _ort_logits(session, batches)
+        return list(session.get_providers()), *_ort_outputs(session, batches, features)
     except Exception as e:  # onnxruntime's own error types
         raise KamalFailure(f"onnxruntime cannot run {path.name}: {_first_line(e)}") from None
 
@@ -456,6 +456,7 @@ class _Fp32Model:
     counts: dict[str, int] = field(default_factory=dict)  # fused operator types
     providers: list[str] = field(default_factory=list)
     logits: Any = None  # np.ndarray on the parity batches
+    features: Any = None  # np.ndarray on the parity batches, for a text classifier
     parity: dict[str, float] = field(default_factory=dict)
 
     def fall_back(self) -> None:
@@ -497,30 +498,35 @@ def _export_fp32(model, tokenizer, names: list[str], work: Path, opset: int, opt
     return fp32
 
 
-def _check_parity(fp32: _Fp32Model, batches: _Batches, reference: np.ndarray, rows: int, notes: list[str]) -> None:
-    """Run the fp32 model and compare it with PyTorch; an optimised model that cannot run or misses parity
-    falls back to the plain export; a KamalFailure if the kept model misses parity."""
+def _check_parity(fp32: _Fp32Model, batches: _Batches, reference: np.ndarray, reference_features: np.ndarray | None,
+                  rows: int, notes: list[str]) -> None:
+    """Run the fp32 model and compare it with PyTorch (logits, and `features` when given); an optimised model
+    that cannot run or misses parity falls back to the plain export; a KamalFailure if the kept model misses
+    parity."""
+    features = reference_features is not None
     try:
-        fp32.providers, fp32.logits = _run(fp32.path, batches)
+        fp32.providers, fp32.logits, fp32.features = _run(fp32.path, batches, features)
     except KamalFailure as e:
         if not fp32.optimized:
             raise
         notes.append(f"onnxruntime cannot run the optimised model ({e}); kept the plain export")
         fp32.fall_back()
-        fp32.providers, fp32.logits = _run(fp32.path, batches)
+        fp32.providers, fp32.logits, fp32.features = _run(fp32.path, batches, features)
     fp32.parity = _compare(fp32.logits, reference)
     if fp32.parity["max_abs_diff"] > FP32_TOLERANCE and fp32.optimized:
         # The fusions are the likelier culprit: fall back to the plain graph if that one passes.
-        _, plain_logits = _run(fp32.raw, batches)
+        _, plain_logits, plain_features = _run(fp32.raw, batches, features)
         plain_parity = _compare(plain_logits, reference)
         if plain_parity["max_abs_diff"] <= FP32_TOLERANCE:
             notes.append(f"the optimised model missed parity (max |logit diff| {fp32.parity['max_abs_diff']:.2e}); "
                          "kept the plain export")
             fp32.fall_back()
-            fp32.logits, fp32.parity = plain_logits, plain_parity
+            fp32.logits, fp32.features, fp32.parity = plain_logits, plain_features, plain_parity
     if not fp32.parity["max_abs_diff"] <= FP32_TOLERANCE:  # also catches NaN
         raise KamalFailure(f"export failed parity: max |logit difference| {fp32.parity['max_abs_diff']:.2e} "
                            f"> {FP32_TOLERANCE:g} against PyTorch on {rows} texts")
+    if features:
+        fp32.parity["features_max_abs_diff"] = float(np.abs(fp32.features - reference_features).max())
 
 
 def _quantize_checked(fp32: _Fp32Model, final: Path, batches: _Batches, reference: np.ndarray,
@@ -532,7 +538,7 @@ def _quantize_checked(fp32: _Fp32Model, final: Path, batches: _Batches, referenc
             _quantize_int8(fp32.path, final)
         except Exception as e:
             raise KamalFailure(f"int8 quantisation failed: {_first_line(e)}") from None
-    _, int8_logits = _run(final, batches)
+    _, int8_logits, _ = _run(final, batches)
     vs_torch = _compare(int8_logits, reference)
     vs_fp32 = _compare(int8_logits, fp32.logits)
     parity.update(vs_torch)
@@ -636,14 +642,12 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
     batches = _encode(tokenizer, texts, names, parity_length, PARITY_BATCH)
     per_token = is_token_classifier(model)
     reference, reference_features = _torch_reference(model, batches, features=not per_token)
-    _check_parity(fp32, batches, reference, len(texts), notes)
+    _check_parity(fp32, batches, reference, reference_features, len(texts), notes)
     parity: dict[str, Any] = {
         "rows": len(texts), "batch_size": PARITY_BATCH, "max_length": parity_length,
         "padded_batches": batches.padded, "batches": len(batches.feeds), "reference": "pytorch eager fp32",
         "tolerance": FP32_TOLERANCE, **fp32.parity,
     }
-    if reference_features is not None:
-        parity["features_max_abs_diff"] = _features_parity(fp32.path, batches, reference_features)
 
     fp32_size = fp32.path.stat().st_size
     final = staging / "model.onnx"
