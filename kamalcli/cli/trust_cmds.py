@@ -31,7 +31,6 @@ def scope(app: App, student_name, data_name, keep, score, device, as_json) -> No
     with app.writer() as store:
         student = store.student(student_name)
         dataset = store.dataset(data_name) if data_name else _transfer_data(store, student)
-        dataset.refuse_test(f"kamal scope --data {dataset.name}")
         store.claim("student", student.name, exclusive=True)
         store.claim_inputs(datasets=[dataset])
         fitted = fit_student_scope(store, student, dataset, keep=keep, score=score, device=device)
@@ -96,12 +95,11 @@ def label_queue(app: App, data_name, n, out, student_name, force, device, as_jso
     """The N rows whose labels would help most (the teachers disagree, the margin is small, the student is
     unsure), spread out, written to a file: fill in `label`, then `kamal add-data FILE --name gold
     --label-column label` and `kamal amalgamate ... --gold gold` or `kamal calibrate STUDENT --data gold`."""
-    from kamalcli.students.label_queue import check_out, check_place, queue_rows, write_queue
+    from kamalcli.students.label_queue import check_queue_file, queue_rows, write_queue
 
     device = app.device(device)
     with app.writer() as store:  # teachers' outputs on the data are probed (K = 1) and cached when missing
-        check_place(app.workspace, store, out)
-        check_out(out, force)
+        check_queue_file(app.workspace, store, out, force)
         dataset = store.dataset(data_name)
         student = store.student(student_name) if student_name else None
         store.claim_inputs(datasets=[dataset])

@@ -110,11 +110,13 @@ def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
     return taken
 
 
-def check_place(workspace, store, out: Path) -> None:
-    """report --html's guard: never the workspace's own files or a model's folder, and a folder that exists."""
+def check_queue_file(workspace, store, out: Path, force: bool) -> None:
+    """Before any teacher runs: report --html's guard (never the workspace's own files or a model's folder, a
+    folder that exists), then the file itself (check_out)."""
     from kamalcli.report.target import check_writable
 
     check_writable(workspace, store, out.expanduser().resolve(), "the queue")
+    check_out(out, force)
 
 
 def check_out(out: Path, force: bool = False) -> Path:

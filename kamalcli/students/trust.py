@@ -44,6 +44,7 @@ def fit_student_scope(store, student, dataset, *, keep: float = DEFAULT_KEEP, sc
     from kamalcli.models.inference import classifier_logits_and_features
 
     check_keep(keep)
+    dataset.refuse_test(f"kamal scope --data {dataset.name}")
     folder = sequence_student(student, "a scope").folder
     texts, _ = load_dataset_rows(dataset)
     logits, features = classifier_logits_and_features(folder, texts, student.max_length, device=resolve_device(device))

@@ -131,11 +131,17 @@ def _copy_into(workspace, info: ModelFolder) -> tuple[Path, Path | None]:
     return target, target
 
 
+def teacher_reading(store, folder: Path, besides=None):
+    """The registered teacher (other than `besides`) whose folder is this one, symbolic links resolved; or None."""
+    folder = Path(folder).resolve()
+    return next((t for t in store.teachers()
+                 if Path(t.path).resolve() == folder and (besides is None or t.id != besides.id)), None)
+
+
 def folder_kamal_made(workspace, store, teacher) -> Path | None:
     """The teacher's folder when kamal made it in this workspace's teachers (train-teacher, add-teacher --copy)
     and no other teacher reads it: what remove-teacher removes with it. None for a user's own folder."""
     path = Path(teacher.path).resolve()
     if path.parent != workspace.artifact_dir("teachers").resolve() or not path.is_dir():
         return None
-    shared = any(Path(t.path).resolve() == path for t in store.teachers() if t.id != teacher.id)
-    return None if shared else path
+    return None if teacher_reading(store, path, besides=teacher) else path

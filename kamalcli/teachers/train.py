@@ -212,8 +212,10 @@ def base_for_folder(base: str) -> str:
 def teacher_folder(workspace, store, name: str) -> Path:
     """Where train-teacher saves teacher NAME: the workspace's teachers/NAME, refused (before training) when
     another teacher reads that folder. One no teacher reads is a removed teacher's, which the new one replaces."""
+    from kamalcli.teachers.register import teacher_reading
+
     final = workspace.artifact_dir("teachers") / name
-    reader = next((t for t in store.teachers() if Path(t.path).resolve() == final.resolve()), None)
+    reader = teacher_reading(store, final)
     if reader is not None:
         raise KamalError(f"{final} is the folder of teacher {reader.name}; choose another --name")
     return final
