@@ -1,6 +1,7 @@
-"""Speed figures, each a ratio measured side by side in one run: the scenarios speed and demo-time, and
-the tool suites loop-speed, gpu-figures, cuda-walk, steering-speed, distributed-speed and onnx-speed (the GPU ones
-on random weights of the real shapes: no network, no packaged models)."""
+"""Speed figures, each a ratio measured side by side in one run: the scenarios speed and demo-time, and the tool
+suites gpu-figures, cuda-walk, distributed-speed, onnx-speed and cpu-overhead (the GPU ones and cpu-overhead on random
+weights of the real shapes: no network, no packaged models). Removed once their findings were written in
+docs/benchmarks.md: loop-speed and steering-speed (`git show 6ccb400:benchmarks/speed.py`)."""
 
 from __future__ import annotations
 
@@ -353,7 +354,7 @@ def _demo_figures(bench: Bench) -> tuple[dict, list]:
     return figures, rows
 
 
-# ---- loop-speed ----------------------------------------------------------------------------------------------------
+# ---- random MiniLM shapes (gpu-figures, cpu-overhead) ----------------------------------------------------------
 
 def minilm_like(num_labels: int, layers: int = 6, seed: int = 0):
     import torch
@@ -362,97 +363,6 @@ def minilm_like(num_labels: int, layers: int = 6, seed: int = 0):
     config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=layers, num_attention_heads=12,
                         intermediate_size=1536, num_labels=num_labels)
     return BertForSequenceClassification(config).eval()
-
-
-class RandomSources:
-    """FeatureSources over random features: cached arrays memory-mapped like the probe's, teachers in the loop."""
-
-    def __init__(self, teachers, encoded, rows: int, device: str, folder: Path):
-        self.teachers, self.encoded, self.rows, self.device, self.folder = teachers, encoded, rows, device, folder
-
-    def shapes(self):
-        from kamalcli.methods.features import TeacherShape
-        return tuple(TeacherShape(f"t{i}", 6, 384) for i in range(len(self.teachers)))
-
-    def misaligned(self):
-        return []
-
-    def cached(self, layers):
-        from kamalcli.methods.features import feature_key
-        out = {}
-        for i, wanted in layers.items():
-            for layer in wanted:
-                path = self.folder / f"f{i}-{layer}.npy"
-                array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=(self.rows, 384))
-                array[:] = np.random.default_rng(i).standard_normal((self.rows, 384)).astype(np.float16)
-                array.flush()
-                out[feature_key(i, layer)] = np.load(path, mmap_mode="r")
-        return out
-
-    def in_loop(self, layers, models=None):
-        from kamalcli.methods.features import InLoopTeachers
-        per_teacher = [tuple(layers.get(i, ())) for i in range(len(self.teachers))]
-        return InLoopTeachers(self.teachers, [self.encoded] * len(self.teachers), per_teacher, self.device)
-
-
-def loop_speed_main(argv: list[str] | None = None) -> None:
-    """Training-loop throughput of each feature-level method against muki-hard's output-only objective."""
-    parser = argparse.ArgumentParser(prog="run.py loop-speed", description=loop_speed_main.__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--rows", type=int, default=2048)
-    parser.add_argument("--length", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args(argv)
-    import torch
-    from kamalcli.models.batching import Encoded
-    from kamalcli.labels import LabelSpace
-    from kamalcli.methods import get_method
-    from kamalcli.methods.base import FeatureContext, TeacherOutputs
-    from kamalcli.train.loop import TrainConfig, train
-    rng = np.random.default_rng(0)
-    encoded = Encoded([rng.integers(1000, 30000, size=args.length) for _ in range(args.rows)], 0, True)
-    space = LabelSpace.from_teachers([("t0", [f"a{i}" for i in range(5)]), ("t1", [f"b{i}" for i in range(5)])])
-    logits = tuple(rng.standard_normal((args.rows, 5)).astype(np.float32) for _ in range(2))
-    confidence = {"mc-dropout": rng.random((args.rows, 2))}
-    outputs = TeacherOutputs(space, ("t0", "t1"), logits, confidence)
-    teachers = [minilm_like(5, seed=1), minilm_like(5, seed=2)]
-    variants = [("muki-hard", []), ("cfl", []), ("dfa", ["features=pooled"]), ("mt-bert", ["features=pooled"]),
-                ("dfa", []), ("mt-bert", [])]
-    config = TrainConfig(epochs=1, batch_size=args.batch_size, lr=1e-4, max_length=args.length, device=args.device, checkpoint_every=10**9)
-    seconds: dict[str, list[float]] = {}
-    teacher_share: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        for repeat in range(args.repeats):
-            for name, options in variants:
-                label = name + (f" ({', '.join(options)})" if options else "")
-                method = get_method(name)
-                chosen = method.parse(options)
-                if method.level == "feature":
-                    sources = RandomSources(teachers, encoded, args.rows, args.device, folder)
-                    context = FeatureContext(outputs, sources, 6, 384, None, 0, args.batch_size, lambda m: None)
-                    objective = method.build(context, chosen)
-                else:
-                    objective = method.build(outputs, chosen)
-                student = minilm_like(len(space), seed=3)
-                started = time.perf_counter()
-                train(student, encoded, objective, config, folder / f"run-{repeat}-{label}", description=label)
-                if args.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                seconds.setdefault(label, []).append(time.perf_counter() - started)
-                stream = getattr(objective.auxiliary, "stream", None)
-                if stream is not None:
-                    teacher_share[label] = stream.seconds / seconds[label][-1]
-    base = min(seconds["muki-hard"])
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu ({torch.get_num_threads()} threads)"
-    print(f"\n{args.rows} rows x {args.length} tokens, batch {args.batch_size}, MiniLM-L6 shapes, {device}; best of {args.repeats}\n")
-    print("| method | rows/s | time / muki-hard | teachers' forward share |")
-    print("|---|---|---|---|")
-    for label, values in seconds.items():
-        best = min(values)
-        share = f"{100 * teacher_share[label]:.0f}%" if label in teacher_share else "-"
-        print(f"| {label} | {args.rows / best:.0f} | {best / base:.2f}x | {share} |")
 
 
 # ---- gpu-figures ---------------------------------------------------------------------------------------------------
@@ -742,113 +652,6 @@ def cuda_walk_main(argv: list[str] | None = None) -> int:
     return 1 if failed or not gpu_ok or not onnx_ok else 0
 
 
-# ---- steering-speed ------------------------------------------------------------------------------------------------
-
-STEERING_PROMPT = "Write one short news sentence about {label}."
-STEERING_LABELS = (("alpha", "beta", "gamma", "delta", "epsilon"), ("zeta", "eta", "theta", "iota", "kappa"))
-# name: (lambda, first chunk's candidates, later chunks'); lambda 0 is plain; steered ones score by the ensemble
-STEERING_CONFIGS = {
-    "plain": (0.0, 8, 3),
-    "steered (default: x8 then x3)": (3.0, 8, 3),
-    "steered, x8 every chunk": (3.0, 8, 8),
-}
-SHAPE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-        "special_tokens_map.json", "vocab.txt")
-
-
-def save_shapes(folder: Path) -> None:
-    """smollm2-135m's and minilm-l3's configs and tokenizers, without weights, into folder/lm and folder/teacher."""
-    from kamalcli.models.bases import resolve_lm_source, resolve_model_source
-    for name, source in (("lm", resolve_lm_source("smollm2-135m")), ("teacher", resolve_model_source("minilm-l3"))):
-        (folder / name).mkdir(parents=True, exist_ok=True)
-        for file in SHAPE_FILES:
-            if (source / file).is_file():
-                shutil.copy2(source / file, folder / name / file)
-    print(f"shapes saved in {folder}")
-
-
-def steering_models(shapes: Path | None, device: str):
-    """(lm, one scorer per teacher of STEERING_LABELS) as synthesize builds them; random weights of the shapes in `shapes`."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
-    from kamalcli.models.bases import resolve_lm_source, resolve_model_source
-    from kamalcli.models.loading import load_causal_lm, load_classifier, load_tokenizer
-    from kamalcli.synth.steering import CausalLM, TeacherScorer
-    torch.manual_seed(0)
-    if shapes is None:
-        lm_folder, teacher_folder = resolve_lm_source("smollm2-135m"), resolve_model_source("minilm-l3")
-        lm_model = load_causal_lm(lm_folder)
-    else:
-        lm_folder, teacher_folder = shapes / "lm", shapes / "teacher"
-        lm_model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(lm_folder))).float().eval()
-    lm = CausalLM(lm_model.to(device), load_tokenizer(lm_folder), torch.device(device))
-    tokenizer = load_tokenizer(teacher_folder)
-    scorers = []
-    for labels in STEERING_LABELS:
-        if shapes is None:
-            classifier = _fresh_head(load_classifier(teacher_folder), len(labels))
-        else:
-            config = AutoConfig.from_pretrained(str(teacher_folder), num_labels=len(labels))
-            classifier = AutoModelForSequenceClassification.from_config(config).eval()
-        scorers.append(TeacherScorer(classifier, tokenizer, 64, device))
-    return lm, scorers
-
-
-def _fresh_head(classifier, labels: int):
-    import torch
-    classifier.classifier = torch.nn.Linear(classifier.classifier.in_features, labels)
-    return classifier.eval()
-
-
-def steering_speed_main(argv: list[str] | None = None) -> None:
-    """What steering costs against plain generation, on any device: time per text, side by side in one run."""
-    prepare_environment()
-    import torch
-    from kamalcli.synth.steering import EnsembleScorer, SteeringConfig, Timing, generate
-    parser = argparse.ArgumentParser(prog="run.py steering-speed", description=steering_speed_main.__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--shapes", type=Path, help="a folder from --save-shapes: random weights of those shapes")
-    parser.add_argument("--save-shapes", type=Path, metavar="DIR", help="write the shapes folder and stop")
-    parser.add_argument("--batches", type=int, default=4, help="batches per configuration (after one warm-up each)")
-    parser.add_argument("--batch-size", type=int, default=8, help="prompts a batch (synthesize's default: 8)")
-    args = parser.parse_args(argv)
-    if args.save_shapes:
-        save_shapes(args.save_shapes)
-        return
-
-    lm, scorers = steering_models(args.shapes, args.device)
-    ensemble = EnsembleScorer(scorers, [list(labels) for labels in STEERING_LABELS])
-    seconds = {name: 0.0 for name in STEERING_CONFIGS}
-    timings = {name: Timing() for name in STEERING_CONFIGS}
-    texts = {name: 0 for name in STEERING_CONFIGS}
-    for batch in range(-1, args.batches):  # batch -1 warms every configuration up and is not counted
-        label = STEERING_LABELS[batch % 2][batch % 5]
-        for name, (strength, first, later) in STEERING_CONFIGS.items():
-            config = SteeringConfig(strength, 20, 0.9, 32, "chunk", 8, first, later)
-            sync(args.device)
-            started = time.perf_counter()
-            out, timing = generate(lm, ensemble if strength else None, ensemble.index(label),
-                                   [STEERING_PROMPT.format(label=label)] * args.batch_size, config, seed=100 + batch)
-            sync(args.device)
-            if batch >= 0:
-                seconds[name] += time.perf_counter() - started
-                timings[name].add(timing)
-                texts[name] += len(out)
-    on_cuda = args.device.startswith("cuda")
-    device_name = torch.cuda.get_device_name() if on_cuda else f"CPU, {torch.get_num_threads()} threads"
-    weights = f"random weights of the shapes in {args.shapes}" if args.shapes else "real weights"
-    print(f"\nsmollm2-135m and two minilm-l3 teachers of 5 classes ({weights}) on {args.device} ({device_name}); "
-          f"torch {torch.__version__}; {args.batches} batches of {args.batch_size} prompts per configuration, "
-          f"32 new tokens at most, chunks of 8\n")
-    plain = seconds["plain"] / texts["plain"]
-    print("| generation | texts / min | time per text / plain | LM s | teachers s | decoding s | teacher rows | new tokens |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name in STEERING_CONFIGS:
-        per_text, t = seconds[name] / texts[name], timings[name]
-        print(f"| {name} | {60 / per_text:.1f} | {per_text / plain:.2f} | {t.lm_seconds:.2f} | "
-              f"{t.teacher_seconds:.2f} | {t.decode_seconds:.2f} | {t.teacher_rows} | {t.new_tokens} |")
-
-
 # ---- distributed-speed ---------------------------------------------------------------------------------------------
 
 def timed(ws, *args) -> float:
@@ -1052,3 +855,99 @@ def prepare_environment() -> None:
     """kamal's environment defaults (caches, quiet libraries), before torch or transformers is imported."""
     from kamalcli.runtime import prepare_environment as prepare
     prepare()
+
+
+# ---- cpu-overhead ---------------------------------------------------------------------------------------------------
+
+def plain_loop_seconds(student, encoded, targets: np.ndarray, batch_size: int, seed: int) -> float:
+    """A plain transformers fine-tuning loop: the batches kamal's loop forms (same order and padding), AdamW with
+    a linear schedule, soft cross-entropy against the targets, gradient clipping; nothing else."""
+    import torch
+    from kamalcli.models.batching import training_order
+    rows = training_order(len(encoded), seed, 0)
+    optimizer = torch.optim.AdamW(student.parameters(), lr=1e-4, weight_decay=0.01)
+    steps = -(-len(rows) // batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 - s / steps)
+    target = torch.as_tensor(targets)
+    student.train()
+    started = time.perf_counter()
+    for start in range(0, len(rows), batch_size):
+        index = rows[start:start + batch_size]
+        logits = student(**encoded.batch(index)).logits
+        loss = -(target[index] * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+    return time.perf_counter() - started
+
+
+def plain_probe_seconds(model, encoded, batch_size: int) -> float:
+    """A plain eval-mode forward over the rows in kamal's length-sorted batches, hidden states returned (what a
+    K = 1 probe needs for its logits and RMD features), nothing written."""
+    import torch
+    from kamalcli.models.batching import inference_batches
+    model.eval()
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for index in inference_batches(encoded.lengths, batch_size):
+            out = model(**encoded.batch(index), output_hidden_states=True)
+            out.logits.float().numpy()
+    return time.perf_counter() - started
+
+
+def overhead_main(argv: list[str] | None = None) -> None:
+    """kamal's training loop and K = 1 probe against plain transformers loops over the same rows and batches."""
+    parser = argparse.ArgumentParser(prog="run.py cpu-overhead", description=overhead_main.__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3, help="alternating pairs; the median of each side")
+    parser.add_argument("--layers", type=int, default=6, help="MiniLM-shaped random model depth (default 6)")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "cpu-overhead.md")
+    args = parser.parse_args(argv)
+    import torch
+    from kamalcli.labels import LabelSpace
+    from kamalcli.methods import get_method
+    from kamalcli.methods.base import TeacherOutputs
+    from kamalcli.probe.arrays import ProbeSettings
+    from kamalcli.probe.mc_dropout import pick_mode, run_teacher
+    from kamalcli.train.loop import TrainConfig, train
+
+    from kamalcli.models.batching import Encoded
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(3.8, 0.5, size=args.rows).astype(int), 8, 128)  # 45 tokens typical, some 128
+    encoded = Encoded([rng.integers(1000, 30000, size=n) for n in lengths], 0, True)
+    space = LabelSpace.from_teachers([("t0", [f"a{i}" for i in range(5)]), ("t1", [f"b{i}" for i in range(5)])])
+    outputs = TeacherOutputs(space, ("t0", "t1"), tuple(rng.standard_normal((args.rows, 5)).astype(np.float32)
+                                                        for _ in range(2)), {"mc-dropout": rng.random((args.rows, 2))})
+    method = get_method("vanilla-kd")
+    objective = method.build(outputs, method.parse([]))
+    targets = torch.softmax(torch.as_tensor(np.concatenate(outputs.logits, axis=1)), dim=-1).numpy()
+    config = TrainConfig(epochs=1, batch_size=args.batch_size, lr=1e-4, max_length=128, checkpoint_every=10**9)
+    probe = ProbeSettings(mc_samples=1, max_length=128, layers=(args.layers // 2, args.layers), mc_exact=True)
+    seconds: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for label, run in (
+                ("kamal training loop (vanilla-kd, one epoch)", lambda: _timed(lambda: train(
+                    minilm_like(len(space), args.layers, seed=3), encoded, objective, config,
+                    Path(tmp) / f"loop-{repeat}", description="kamal loop"))),
+                ("plain transformers loop", lambda: plain_loop_seconds(
+                    minilm_like(len(space), args.layers, seed=3), encoded, targets, args.batch_size, 0)),
+                ("kamal probe, K = 1 (logits, RMD features written)", lambda: _timed(lambda: run_teacher(
+                    minilm_like(5, args.layers, seed=1), encoded, probe, Path(tmp) / f"probe-{repeat}",
+                    batch_size=args.batch_size, mode=pick_mode("auto", "cpu")))),
+                ("plain eval forward, hidden states", lambda: plain_probe_seconds(
+                    minilm_like(5, args.layers, seed=1), encoded, args.batch_size)),
+            ):
+                seconds.setdefault(label, []).append(run())
+    median = {label: statistics.median(values) for label, values in seconds.items()}
+    labels = list(median)
+    rows = [[label, f"{args.rows / median[label]:.1f}",
+             f"{median[label] / median[labels[i - 1]]:.2f}x kamal" if i % 2 else ""] for i, label in enumerate(labels)]
+    table = (f"{args.rows} rows of 8-128 tokens (median {int(np.median(lengths))}), batch {args.batch_size}, MiniLM-L"
+             f"{args.layers} shapes (random weights), {torch.get_num_threads()} threads; median of {args.repeats} "
+             "alternating runs\n\n" + markdown(["what", "rows/s", "plain / kamal time"], rows))
+    args.out.write_text(f"<!-- cpu-overhead, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs -->\n{table}\n")
+    print(table)

@@ -51,6 +51,7 @@ class TrainSection:
     grad_clip: float = setting(1.0)
     checkpoint_every: int = setting(200, "steps")
     embeddings: str = setting("train", "or \"freeze\": keep the input word embeddings (faster for a multilingual vocabulary)")
+    fit: str = setting("all", "or \"head\": train only the head, on the frozen encoder's states (seconds), or \"head-then-all\"")
     select_by: str = setting("transfer-loss", "or \"eval:NAME\" (uses labels: the run records it)")
 
 

@@ -212,3 +212,20 @@ def test_frozen_embeddings_resume_bit_for_bit_and_a_changed_policy_is_refused(pr
 def test_an_unknown_embeddings_policy_is_refused():
     with pytest.raises(KamalError, match="embeddings must be one of train, freeze"):
         TrainConfig(embeddings="thaw").validate()
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_resuming_a_run_whose_training_had_ended_takes_no_more_steps(problem, tmp_path, early):
+    """Killed while the student was being saved (its scope fitted, say): --resume finishes the run with the
+    weights it had selected, where it used to train past its early stop or refuse ("nothing to resume")."""
+    encoded, labels = problem
+    config = TrainConfig(steps=100, eval_every=5, patience=2, batch_size=8, lr=2e-3, seed=5) if early else CONFIG
+    selector = (lambda: ScriptedSelector([1.0, 0.5, 0.6, 0.7, 0.1])) if early else (lambda: None)
+    first = fresh_model()
+    done = train(first, encoded, supervised_objective(labels), config, tmp_path / "run", selector=selector())
+    resumed = fresh_model(seed=99)
+    again = train(resumed, encoded, supervised_objective(labels), config, tmp_path / "run", selector=selector(),
+                  resume=True)
+    assert (again.steps, again.best_step, again.stopped_early) == (done.steps, done.best_step, done.stopped_early)
+    for (name, a), (_, b) in zip(first.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name

@@ -57,6 +57,9 @@ def train_options(f):
         click.option("--embeddings", type=click.Choice(["train", "freeze"]), default=None,
                      help="Update the input word embeddings (default) or keep them frozen: about 1.8x faster "
                           "steps on a CPU for a multilingual base's vocabulary, but slower to learn."),
+        click.option("--fit", type=click.Choice(["all", "head", "head-then-all"]), default=None,
+                     help="Fine-tune the whole model (default), train only its head on the frozen encoder's cached "
+                          "states (seconds, not minutes), or the head first and then everything."),
         click.option("--device", help="cpu, cuda or auto."),
     ]
     for option in reversed(options):
@@ -99,12 +102,16 @@ reprobe_option = click.option(
 
 
 def train_settings(app: App, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings=None,
-                   default_epochs: int | None = None) -> dict:
+                   default_epochs: int | None = None, fit: str | None = None) -> dict:
     """default_epochs None: the step budget with early stopping unless --epochs (or kamal.toml) says otherwise."""
     from kamalcli.train.embeddings import check_mode
 
+    from kamalcli.train.head import check_fit
+
     embeddings = app.setting("train", "embeddings", embeddings)
     check_mode(embeddings)  # before any probe or model is loaded
+    fit = app.setting("train", "fit", fit)
+    check_fit(fit)
     return {
         # --steps on the command line beats an `epochs` in kamal.toml; --epochs beats both
         "epochs": epochs if epochs is not None or steps is not None else app.setting("train", "epochs", None,
@@ -121,6 +128,7 @@ def train_settings(app: App, epochs, steps, batch_size, lr, max_length, seed, ch
         "seed": app.setting("workspace", "seed", seed),
         "checkpoint_every": app.setting("train", "checkpoint_every", checkpoint_every),
         "embeddings": embeddings,
+        "fit": fit,
     }
 
 

@@ -61,13 +61,13 @@ def methods(as_json: bool) -> None:
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, init, name, options, teacher_names, data, select_by,
                mc_samples, rmd_fit, gold, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
-               embeddings, device, backend) -> None:
+               embeddings, fit, device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
     from kamalcli.students import amalgamate as service
 
     if resume:
         given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base), ("--init", init),
-                                ("--gold", gold), ("--option", options), ("--mc-samples", mc_samples),
+                                ("--gold", gold), ("--option", options), ("--mc-samples", mc_samples), ("--fit", fit),
                                 ("--mc-exact/--mc-adaptive", mc_exact is not None)) if v]
         if given:
             raise KamalError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
@@ -82,7 +82,7 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
         student=student_base or app.workspace.setting("train", "student"),
         student_layers=student_layers, init=init, name=name, teachers=list(teacher_names), data=data,
         select_by=select_by or app.workspace.setting("train", "select_by"), rmd_fit=rmd_fit,
-        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
+        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, fit=fit),
         probe=probe_settings(app, mc_samples, mc_exact), probe_given=_probe_given(mc_samples, mc_exact),
         device=app.device(device), reprobe=reprobe, gold=gold,
     )
@@ -108,7 +108,7 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
 @verbose_option
 @pass_app
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
-           reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, device, backend) -> None:
+           reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, fit, device, backend) -> None:
     """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
     from kamalcli.students import amalgamate as service
     from kamalcli.students.extend import extend as run_extend
@@ -116,7 +116,7 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
     base = service.AmalgamateRequest(
         method=method or "", options=list(options), name=name, data=data,
         select_by=select_by or app.workspace.setting("train", "select_by"),
-        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings),
+        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, fit=fit),
         probe=probe_settings(app, mc_samples, mc_exact), probe_given=_probe_given(mc_samples, mc_exact),
         device=app.device(device), reprobe=reprobe,
     )

@@ -130,7 +130,7 @@ def remove_teacher(app: App, name: str) -> None:
 @distributed_options
 @pass_app
 def train_teacher(app: App, data, labels, name, base, base_layers, resume, epochs, steps, batch_size, lr, max_length, seed,
-                  checkpoint_every, embeddings, device, backend) -> None:
+                  checkpoint_every, embeddings, fit, device, backend) -> None:
     """Fine-tune a classifier on a labelled dataset's rows of some labels and register it as a teacher.
 
     Budget: one epoch, unless --epochs, or --steps for the step budget with early stopping on held-out rows.
@@ -147,7 +147,7 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
             data=data, labels=split_labels(labels), name=name,
             base=base or app.workspace.setting("train", "student"), base_layers=base_layers,
             train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings,
-                                 default_epochs=1),
+                                 default_epochs=1, fit=fit),
             device=app.device(device),
         )
         with app.job(app.device(device), backend) as store:

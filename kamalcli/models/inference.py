@@ -57,6 +57,24 @@ def logits_and_features(model: torch.nn.Module, encoded: Encoded, *, batch_size:
     return logits, features
 
 
+def first_token_states(model: torch.nn.Module, encoded: Encoded, *, batch_size: int = 64, device: str = "cpu",
+                       say_progress: bool = True) -> torch.Tensor:
+    """(rows, hidden) last-layer first-token states of a sequence classifier's encoder (the head's input,
+    kamalcli/models/heads.py), in eval mode under a progress bar: `--fit head` caches them once."""
+    from kamalcli.progress import progress_bar
+
+    states = torch.zeros((len(encoded), model.config.hidden_size), dtype=torch.float32)
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode(), progress_bar(len(encoded), "encoder states", show=say_progress) as bar:
+        for local in inference_batches(encoded.lengths, batch_size):
+            hidden = model.base_model(**encoded.batch(local, device)).last_hidden_state
+            states[torch.as_tensor(local)] = hidden[:, 0].float().cpu()
+            bar.advance(len(local))
+    model.train(was_training)
+    return states
+
+
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B, L, d) states -> (B, d): the mean over the real tokens (mask 1), padding left out. The probe pools
     teachers' features with it and feature-level methods the student's, so the two compare."""

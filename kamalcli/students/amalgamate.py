@@ -50,6 +50,8 @@ def _claim(workspace, store, job: Job, say) -> Job:
     if job.method.one_process and distributed.current().size > 1:
         raise KamalError(f"{job.method.name} runs on one process ({job.method.one_process}); run it without --nproc "
                          "or torchrun")
+    if job.train.fit != "all" and distributed.current().size > 1:
+        raise KamalError(f"--fit {job.train.fit} runs on one process; run it without --nproc or torchrun")
     if job.task == "token" and distributed.current().size > 1:
         raise KamalError("token-level amalgamation runs on one process; run it without --nproc or torchrun")
     return job
@@ -69,11 +71,28 @@ def _decide_recipe(workspace, store, job: Job) -> Job:
 def _say_plan(store, job: Job, say, detail) -> None:
     """Once the request is accepted (a refused one is one line): the transfer set chosen and the recipe's table;
     with --verbose (detail), the evidence behind each decision."""
-    for line in [transfer_note(store, job), *job.recipe.table()]:
+    for line in [transfer_note(store, job), _student_line(job), *job.recipe.table()]:
         if line:
             say(line)
     for line in job.recipe.lines() if detail else []:
         detail(line)
+
+
+def _student_line(job: Job) -> str:
+    """The student chosen: its base (or the student it grows) and what trains (--fit, kamalcli/train/head.py)."""
+    from pathlib import Path
+
+    from kamalcli.models.bases import BASES
+    from kamalcli.train.head import EPOCHS as HEAD_EPOCHS
+
+    request = job.request
+    base = request.student if request.student in BASES else Path(request.student).name
+    what = f"grows {request.parent}" if request.parent else f"{base} at {job.train.max_length} tokens"
+    fit = {"all": "every layer trained (--fit head trains its head alone, in a fraction of the time)",
+           "head": f"only its head trained, on the frozen encoder's states of the transfer rows (up to {HEAD_EPOCHS} "
+                   "passes; --epochs and --steps budget fine-tuning)",
+           "head-then-all": "its head trained first, on the frozen encoder's states, then every layer"}[job.train.fit]
+    return f"Student: {what}, {fit}."
 
 
 def _probe_request(store, job: Job, say) -> ProbeRequest:
@@ -118,13 +137,15 @@ def _train_student(workspace, store, job: Job, probe_request, workdir, run, say,
     finally:
         losses.close()
     _report_auxiliary(problem.objective, result, say)
-    scope = _fit_scope(problem, job.dataset, job.train, token_level=job.task == "token", say=say)
+    scope = _fit_scope(problem, job.dataset, job.train, token_level=job.task == "token", say=say,
+                       states=result.encoder_states)
     return _save_student(workspace, store, job, problem, result, run, losses.steps(), scope)
 
 
-def _fit_scope(problem, dataset, train_config, *, token_level: bool, say):
-    """The student's scope score, fitted on its transfer rows (kamalcli/trust/scope.py); none for token students."""
-    from kamalcli.students.trust import scope_from_model
+def _fit_scope(problem, dataset, train_config, *, token_level: bool, say, states=None):
+    """The student's scope score, fitted on its transfer rows (kamalcli/trust/scope.py); none for token students.
+    states: the encoder's first-token states of those rows when --fit head cached them (no second pass)."""
+    from kamalcli.students.trust import scope_from_model, scope_from_states
     from kamalcli.trust.scope import MIN_ROWS
 
     if token_level:
@@ -133,8 +154,11 @@ def _fit_scope(problem, dataset, train_config, *, token_level: bool, say):
         say(f"No scope score: {len(problem.encoded)} transfer rows are too few to fit one (at least {MIN_ROWS}); "
             f"`kamal scope STUDENT --data NAME` fits one on more text.")
         return None
-    scope = scope_from_model(problem.model, problem.encoded, data=dataset.name, device=train_config.device,
-                             seed=train_config.seed)
+    if states is not None:
+        scope = scope_from_states(problem.model, states, data=dataset.name, seed=train_config.seed)
+    else:
+        scope = scope_from_model(problem.model, problem.encoded, data=dataset.name, device=train_config.device,
+                                 seed=train_config.seed)
     say(f"Scope: {scope.score} fitted on {scope.rows} rows of {dataset.name}; texts scoring below it are flagged "
         f"out of scope (it keeps {100 * scope.keep:.0f}% of them).")
     return scope

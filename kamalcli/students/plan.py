@@ -198,8 +198,20 @@ def plan(store, request: AmalgamateRequest) -> Job:
         check_gold(store, request.gold, teachers, task)
     train = TrainConfig(**request.train)
     train.validate()
+    check_fit_for(train.fit, method, task)
     request = replace(request, name=name, init=canonical_init(request.init))
     return Job(request, method, options, tuple(teachers), dataset, train)
+
+
+def check_fit_for(fit: str, method, task: str) -> None:
+    """--fit head trains an output-level objective on a sequence classifier's head (kamalcli/train/head.py)."""
+    if fit == "all":
+        return
+    if task == "token":
+        raise KamalError(f"--fit {fit} trains a sentence classifier's head; token students train with --fit all")
+    if method.level == "feature":
+        raise KamalError(f"--fit {fit}: {method.name} trains on the student's hidden states, which a head on cached "
+                         "states never computes; use --fit all")
 
 
 def check_gold(store, gold_name: str, teachers, task: str) -> None:

@@ -30,6 +30,20 @@ def scope_from_model(model, encoded, *, data: str, device: str, keep: float = DE
     return _note_said(fit_scope(logits, features, score=score, keep=keep, data=data, seed=seed))
 
 
+def scope_from_states(model, states, *, data: str, keep: float = DEFAULT_KEEP, score: str = DEFAULT_SCORE,
+                      seed: int = 0) -> Scope:
+    """The scope from the encoder's first-token states of the transfer rows, cached by --fit head (the features
+    logits_and_features would compute again): the head alone gives the logits."""
+    import torch
+
+    from kamalcli.models.heads import head_of
+
+    model.eval()
+    with torch.no_grad():
+        logits = head_of(model).logits(states.to(next(model.parameters()).device)).float().cpu().numpy()
+    return _note_said(fit_scope(logits, states.numpy(), score=score, keep=keep, data=data, seed=seed))
+
+
 def _note_said(scope: Scope) -> Scope:
     """The scope, its note (why its score is not the one asked for) said on stderr."""
     if scope.note:

@@ -19,7 +19,7 @@ import math
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, NamedTuple, Protocol
 
@@ -33,6 +33,7 @@ from kamalcli.train.objective import BatchArrays, Objective
 from kamalcli.train import checkpoint
 from kamalcli.train.checkpoint import TrainState
 from kamalcli.train.embeddings import check_mode, embeddings_policy
+from kamalcli.train.head import check_fit, train_head
 
 
 # The defaults are kamal.toml's [train] settings (kamalcli/settings.py).
@@ -60,6 +61,7 @@ class TrainConfig:
     seed: int = WORKSPACE.seed
     checkpoint_every: int = TRAIN.checkpoint_every
     embeddings: str = TRAIN.embeddings  # or "freeze": the input word embeddings stay as they are (train/embeddings.py)
+    fit: str = TRAIN.fit                # or "head", "head-then-all": the head first, on cached states (train/head.py)
     device: str = "cpu"
 
     def validate(self) -> None:
@@ -79,6 +81,7 @@ class TrainConfig:
             if not ok:
                 raise KamalError(message)
         check_mode(self.embeddings)
+        check_fit(self.fit)
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -118,6 +121,8 @@ class TrainResult:
     history: list[dict]
     stopped_early: bool = False
     embeddings_frozen: bool = False
+    head_seconds: float | None = None  # --fit head-then-all: the head's share of seconds
+    encoder_states: object = None      # --fit head: the frozen encoder's first-token states of every row (a tensor)
 
     @property
     def embeddings(self) -> str:
@@ -308,11 +313,9 @@ def _start(model: torch.nn.Module, objective: Objective, config: TrainConfig, wo
 
     workdir.mkdir(parents=True, exist_ok=True)
     state = TrainState()
-    if resume:
+    if resume:  # a run stopped after its training ended (saving the student, say) goes straight to its result
         state = checkpoint.load(workdir, model, optimizer, scheduler, config, auxiliary, rank=world.rank,
                                 processes=world.size)
-        if state.step >= total:
-            raise KamalError("that run had already finished training; nothing to resume")
     else:
         torch.manual_seed(config.seed + world.rank)  # dropout masks
     return _Run(model, auxiliary, optimizer, scheduler, clipped, train_step, state, config, workdir, world,
@@ -380,6 +383,10 @@ def _steps(run: _Run, encoded: Encoded, rows: np.ndarray, description: str,
     from kamalcli.progress import progress_bar
 
     config, state = run.config, run.state
+    if state.step >= run.total:  # resumed after its training had ended
+        return False
+    if run.stops_early():  # resumed after early stopping had ended it: not a step more than the run took
+        return True
     run.model.train()
     smoothed = None
     started = time.perf_counter() - state.seconds
@@ -461,6 +468,19 @@ def train(
     rows = np.arange(len(encoded)) if rows is None else np.asarray(rows)
     if len(rows) == 0:
         raise KamalError("no rows to train on")
+    head = None
+    if config.fit != "all" and not (resume and checkpoint.exists(workdir)):  # a resumed run has its head
+        if world.size > 1:
+            raise KamalError(f"--fit {config.fit} runs on one process; run it without --nproc or torchrun")
+        fitted = train_head(model, encoded, objective, config, rows=rows, selector=selector)
+        head = TrainResult(**{f.name: getattr(fitted, f.name) for f in fields(fitted) if f.name != "states"})
+        if config.fit == "head":
+            head.encoder_states = fitted.states
+            return head
     run = _start(model, objective, config, workdir, world, rows, selector, resume)
     stopped_early = _steps(run, encoded, rows, description, on_step, on_loss)
-    return _result(run, rows, stopped_early)
+    result = _result(run, rows, stopped_early)
+    if head is not None:
+        result.seconds += head.seconds
+        result.head_seconds = head.seconds
+    return result
