@@ -76,8 +76,10 @@ def train_head(model: "torch.nn.Module", encoded: "Encoded", objective: Objectiv
     initial = [copy.deepcopy(m.state_dict()) for m in head.modules]
     fits = [_fit(head, initial, states, arrays, objective, config, rows, rate, measure) for rate in
             (RATES if measure is not None else (FALLBACK_RATE,))]
-    better = (lambda f: f.best) if selector is not None and selector.higher_is_better else (lambda f: -f.best)
-    chosen = max(fits, key=better) if measure is not None else fits[0]
+    chosen = fits[0]
+    for fit in fits[1:]:  # more than one only with a measure
+        if measure.better(fit.best, chosen.best):
+            chosen = fit
     for module, state in zip(head.modules, chosen.weights):
         module.load_state_dict(state)
     model.eval()
