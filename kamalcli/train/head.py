@@ -22,6 +22,7 @@ import numpy as np
 
 from kamalcli.errors import KamalError
 from kamalcli.train.objective import BatchArrays, Objective, output_loss
+from kamalcli.train.result import TrainResult
 
 if TYPE_CHECKING:  # check_fit runs before any model is loaded: torch stays out until a head trains
     import torch
@@ -42,23 +43,8 @@ def check_fit(fit: str) -> None:
         raise KamalError(f"fit must be one of {', '.join(FITS)} (got {fit!r})")
 
 
-@dataclass
-class HeadResult:
-    """What the loop's TrainResult records, for the head's training."""
-    steps: int
-    epochs: int
-    seconds: float
-    examples_per_second: float
-    best_step: int | None
-    best_metric: float | None
-    selected_by: str | None
-    history: list[dict]
-    stopped_early: bool
-    states: "torch.Tensor"  # the encoder's first-token states of every row, on the CPU (the scope reads them)
-
-
 def train_head(model: "torch.nn.Module", encoded: "Encoded", objective: Objective, config, *, rows: np.ndarray,
-               selector=None, say_progress: bool = True) -> HeadResult:
+               selector=None, say_progress: bool = True) -> TrainResult:
     """Train the model's head in place on its encoder's states of every row (rows: the ones it learns from);
     at the end the model holds the selected head. config: the loop's TrainConfig; selector: its Selector."""
     from kamalcli.models.heads import head_of
@@ -85,11 +71,11 @@ def train_head(model: "torch.nn.Module", encoded: "Encoded", objective: Objectiv
     model.eval()
     seconds = time.perf_counter() - started
     trained = sum(f.epochs for f in fits) * len(rows)
-    return HeadResult(steps=chosen.steps, epochs=chosen.epochs, seconds=seconds,
+    return TrainResult(steps=chosen.steps, epochs=chosen.epochs, seconds=seconds,
                       examples_per_second=trained / max(seconds, 1e-9), best_step=chosen.best_step,
                       best_metric=chosen.best, selected_by=selector.name if measure is not None else None,
                       history=[entry for f in fits for entry in f.history], stopped_early=chosen.epochs < EPOCHS,
-                      states=states.cpu())
+                      encoder_states=states.cpu())
 
 
 @dataclass

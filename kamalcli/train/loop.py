@@ -19,7 +19,7 @@ import math
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Protocol
 
@@ -34,6 +34,7 @@ from kamalcli.train import checkpoint
 from kamalcli.train.checkpoint import TrainState
 from kamalcli.train.embeddings import check_mode, embeddings_policy
 from kamalcli.train.head import check_fit, train_head
+from kamalcli.train.result import TrainResult
 
 
 # The defaults are kamal.toml's [train] settings (kamalcli/settings.py).
@@ -107,27 +108,6 @@ class Selector(Protocol):
     higher_is_better: bool
 
     def measure(self, model: torch.nn.Module) -> float: ...
-
-
-@dataclass
-class TrainResult:
-    steps: int
-    epochs: float
-    seconds: float
-    examples_per_second: float
-    best_step: int | None
-    best_metric: float | None
-    selected_by: str | None
-    history: list[dict]
-    stopped_early: bool = False
-    embeddings_frozen: bool = False
-    head_seconds: float | None = None  # --fit head-then-all: the head's share of seconds
-    encoder_states: object = None      # --fit head: the frozen encoder's first-token states of every row (a tensor)
-
-    @property
-    def embeddings(self) -> str:
-        """What runs and students record."""
-        return "frozen" if self.embeddings_frozen else "trained"
 
 
 @contextlib.contextmanager
@@ -472,15 +452,12 @@ def train(
     if config.fit != "all" and not (resume and checkpoint.exists(workdir)):  # a resumed run has its head
         if world.size > 1:
             raise KamalError(f"--fit {config.fit} runs on one process; run it without --nproc or torchrun")
-        fitted = train_head(model, encoded, objective, config, rows=rows, selector=selector)
-        head = TrainResult(**{f.name: getattr(fitted, f.name) for f in fields(fitted) if f.name != "states"})
+        head = train_head(model, encoded, objective, config, rows=rows, selector=selector)
         if config.fit == "head":
-            head.encoder_states = fitted.states
             return head
     run = _start(model, objective, config, workdir, world, rows, selector, resume)
     stopped_early = _steps(run, encoded, rows, description, on_step, on_loss)
     result = _result(run, rows, stopped_early)
     if head is not None:
         result.seconds += head.seconds
-        result.head_seconds = head.seconds
     return result
