@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,9 @@ from safetensors.torch import load_file
 
 from conftest import TRAIN
 from kamalcli.models.heads import head_of
+from kamalcli.models.batching import encode
 from kamalcli.models.inference import first_token_states, predict_logits
+from kamalcli.models.loading import load_classifier, load_tokenizer
 
 HEAD_TRAIN = ["--steps", "40", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
 
@@ -80,6 +83,18 @@ def test_fit_head_trains_the_head_only_and_the_student_works_as_any_other(two_te
     assert not torch.equal(trained["bert.pooler.dense.weight"], base["bert.pooler.dense.weight"])  # the head learnt
     assert k.json("eval", "h", "--data", "test")["rows"] == 80  # learning is test_fit_head_learns_the_targets_...
     k("export", "h", "--onnx")  # the export checks its parity with the student
+    # the encoder's states were cached in the workspace, and are what the student's own encoder gives
+    assert "Cached the first-token states of" in out and "(frozen) on 240 rows" in out
+    [cached] = (k.workspace / ".kamal" / "artifacts" / "probes").glob("cls-*/cls.npy")
+    model = load_classifier(Path(student["path"]))
+    texts = [json.loads(line)["text"] for line in assets["pool"].read_text().splitlines()]
+    own = first_token_states(model, encode(load_tokenizer(Path(student["path"])), texts, 32, config=model.config),
+                             say_progress=False)
+    np.testing.assert_allclose(np.load(cached), own.numpy(), atol=1e-5)
+    # a second head student of this base, pool and length reads them: no second pass of the encoder
+    again = k("amalgamate", "--method", "vanilla-kd", "--name", "h2", "--seed", "3", "--student", assets["encoder"], "--fit", "head",
+              *HEAD_TRAIN)
+    assert "first-token states" not in again.output
 
 
 def test_fit_head_learns_the_targets_it_is_given():

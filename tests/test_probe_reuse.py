@@ -1,5 +1,7 @@
 """kamal amalgamate after kamal probe with other settings: the one cached probe is used; several need a choice."""
 
+import json
+
 import pytest
 
 TRAIN = ["--epochs", "1", "--lr", "2e-3", "--batch-size", "16", "--max-length", "32"]
@@ -75,3 +77,33 @@ def test_the_workspace_settings_win_when_their_probe_is_cached_beside_others(pro
     result = _amalgamate(probed, assets, "s")
     default = {i for i, (k, _) in _probes(probed).items() if k == 16}
     assert _used(probed, "s") == default and "No probe with the workspace's settings" not in result.stderr
+
+
+@pytest.fixture
+def taught(kamal, assets):
+    """A teacher kamal trained on `train`, whose texts are also added, without labels, as the pool."""
+    kamal("add-data", assets["train"], "--name", "train", "--role", "eval")
+    kamal("train-teacher", "train", "--labels", "world,sports", "--name", "news", "--base", assets["encoder"], *TRAIN)
+    return kamal
+
+
+def _unlabelled_copy(assets, path, order=slice(None)):
+    rows = [json.loads(line) for line in assets["train"].read_text().splitlines()][order]
+    path.write_text("".join(json.dumps({"text": r["text"]}) + "\n" for r in rows))
+    return path
+
+
+def test_the_rmd_fit_reads_the_pools_probe_when_the_pool_holds_the_teachers_own_texts(taught, assets, tmp_path):
+    taught("add-data", _unlabelled_copy(assets, tmp_path / "pool.jsonl"), "--name", "pool")
+    taught("probe", "--data", "pool", "--mc-samples", "2", "--max-length", "32")
+    [probe] = taught.json("report")["probes"]
+    assert probe["data"] == "pool"  # no second pass over the same texts under the name `train`
+    assert probe["rmd"]["source"] == "teacher-train" and probe["rmd"]["fit_data"] == "train"
+    labels = [json.loads(line)["label"] for line in assets["train"].read_text().splitlines()]
+    assert probe["rmd"]["fit_rows"] == sum(label in ("world", "sports") for label in labels)
+
+
+def test_texts_in_another_order_are_probed_again(taught, assets, tmp_path):
+    taught("add-data", _unlabelled_copy(assets, tmp_path / "pool.jsonl", slice(None, None, -1)), "--name", "pool")
+    taught("probe", "--data", "pool", "--mc-samples", "2", "--max-length", "32")
+    assert sorted(p["data"] for p in taught.json("report")["probes"]) == ["pool", "train"]

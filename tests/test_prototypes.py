@@ -64,8 +64,8 @@ def test_sentence_vectors_are_unit_means_over_the_real_tokens_only(tmp_path, ass
     from kamalcli.probe.encoder import _compute
 
     short, long = "world news today", "sports scores from the league final match tonight"
-    together = _compute(assets["encoder"], [short, long], 32, "cpu", "mean")
-    alone = _compute(assets["encoder"], [short], 32, "cpu", "mean")
+    together = _compute(assets["encoder"], [short, long], 32, "cpu", ("mean",))["mean"]
+    alone = _compute(assets["encoder"], [short], 32, "cpu", ("mean",))["mean"]
     assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
     assert np.allclose(together[0], alone[0], atol=1e-5)  # padding beside a longer row changes nothing
-    assert not np.allclose(together[0], _compute(assets["encoder"], [short], 32, "cpu", "cls")[0], atol=1e-3)
+    assert not np.allclose(together[0], _compute(assets["encoder"], [short], 32, "cpu", ("cls",))["cls"][0], atol=1e-3)

@@ -104,10 +104,10 @@ def test_prototypes_in_the_real_shared_encoder_tell_real_topics_apart(tmp_path):
     fit = [r for name in names for r in [r for r in rows if r["label"] == name][:10]]
     held = [r for name in names for r in [r for r in rows if r["label"] == name][10:40]]
     folder = resolve_model_source("minilm-l6")
-    prototypes = class_prototypes(_compute(folder, [r["text"] for r in fit], 64, "cpu", "mean"),
+    prototypes = class_prototypes(_compute(folder, [r["text"] for r in fit], 64, "cpu", ("mean",))["mean"],
                                   [r["label"] for r in fit], names)
     owns = np.array([[name in names[:3], name in names[3:]] for name in names])
-    shares = teacher_shares(_compute(folder, [r["text"] for r in held], 64, "cpu", "mean"), prototypes, owns)
+    shares = teacher_shares(_compute(folder, [r["text"] for r in held], 64, "cpu", ("mean",))["mean"], prototypes, owns)
     owner = np.array([0 if r["label"] in names[:3] else 1 for r in held])
     assert np.allclose(shares.sum(axis=1), 1.0)
     assert (shares.argmax(axis=1) == owner).mean() > 0.75

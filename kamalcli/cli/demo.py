@@ -3,8 +3,10 @@
 Six Debian package sections (resources/demo/README.md): teacher "media" knows
 games, graphics and sound; teacher "research" knows mail, math and science.
 The demo trains both from the minilm base, probes them, amalgamates a student
-with muki-hard and with vanilla-kd, evaluates them against the ensemble
-baseline, exports the muki-hard student to ONNX and classifies with it.
+with muki-hard and with vanilla-kd (--fit head: a head on the frozen base, so
+that the demo takes about 4 minutes on 2 cores; docs/benchmarks.md#demo-time),
+evaluates them against the ensemble baseline, exports the muki-hard student to
+ONNX and classifies with it.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def run_demo(cli: click.Group, target: Path, *, force: bool, base: str, mc_exact
     kamal("probe", "--data", "pool", "--data", "test")
     kamal("report")
     for method in ("muki-hard", "vanilla-kd"):
-        kamal("amalgamate", "--method", method, "--name", method)
+        kamal("amalgamate", "--method", method, "--name", method, "--fit", "head")
         kamal("eval", method, "--data", "test")
     kamal("eval", "--baseline", "ensemble", "--data", "test")
     for name in TEACHERS:

@@ -5,7 +5,8 @@
   such as all-MiniLM-L6-v2 are trained to be read (the prototype selection score compares them by cosine).
 
 Like a teacher's probe they depend only on (encoder, pooling, rows, max length), so they are stored in the
-workspace's probe folder under that key and a repeat costs nothing.
+workspace's probe folder under that key and a repeat costs nothing. One pass of the encoder makes both poolings
+(a student on the frozen default base reads the first, its neighbours the second).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json")
+POOLINGS = ("cls", "mean")
 
 
 def _encoder_key(folder: Path) -> str:
@@ -37,6 +39,14 @@ def cls_vectors(workspace, source: str, texts: list[str], data_hash: str, max_le
                    say)
 
 
+def head_states(workspace, source: str, texts: list[str], data_hash: str, max_length: int, device: str,
+                say=print) -> np.ndarray:
+    """cls_vectors as a `--fit head` student reads them: its frozen encoder's states, the head's input."""
+    return _cached(workspace, source, texts, data_hash, max_length, device, "cls",
+                   f"Cached the first-token states of {source} (frozen) on {len(texts)} rows; --fit head "
+                   "students of these rows reuse them.", say)
+
+
 def sentence_vectors(workspace, source: str, texts: list[str], data_hash: str, max_length: int, device: str,
                      say=print, encode: bool = True) -> np.ndarray | None:
     """(rows, hidden) float32, unit length: the mean of `source`'s last layer over each row's tokens.
@@ -50,7 +60,7 @@ def text_vectors(source: str, texts: list[str], max_length: int = 32, device: st
     """(len(texts), hidden) float32, unit length, not cached: for a handful of short texts (label names)."""
     from kamalcli.models.bases import resolve_model_source
 
-    return _compute(resolve_model_source(source), texts, max_length, device, "mean")
+    return _compute(resolve_model_source(source), texts, max_length, device, ("mean",))["mean"]
 
 
 def _cached(workspace, source, texts, data_hash, max_length, device, pooling: str, line: str, say,
@@ -59,25 +69,32 @@ def _cached(workspace, source, texts, data_hash, max_length, device, pooling: st
     from kamalcli.files import publish_dir
 
     folder = resolve_model_source(source)
-    # [CLS] keys stay as they were before mean pooling existed, so caches made then are still found
-    prefix = "cls" if pooling == "cls" else f"pool-{pooling}"
-    key = hashlib.sha256(f"{prefix}|{_encoder_key(folder)}|{data_hash}|{len(texts)}|{max_length}".encode()).hexdigest()
-    final = workspace.artifact_dir("probes") / f"{prefix}-{key[:32]}"
-    path = final / "vectors.npy" if pooling != "cls" else final / "cls.npy"
+    path = _cache_path(workspace, folder, data_hash, len(texts), max_length, pooling)
     if path.is_file():
         return np.load(path, mmap_mode="r")
     if not encode:
         return None
-    vectors = _compute(folder, texts, max_length, device, pooling)
-    staging = workspace.tmp_dir() / prefix
-    staging.mkdir(parents=True)
-    np.save(staging / path.name, vectors)
-    publish_dir(staging, final)
+    for other, vectors in _compute(folder, texts, max_length, device, POOLINGS).items():
+        final = _cache_path(workspace, folder, data_hash, len(texts), max_length, other)
+        if final.is_file():
+            continue
+        staging = workspace.tmp_dir() / other
+        staging.mkdir(parents=True)
+        np.save(staging / final.name, vectors)
+        publish_dir(staging, final.parent)
     say(line)
     return np.load(path, mmap_mode="r")
 
 
-def _compute(folder: Path, texts: list[str], max_length: int, device: str, pooling: str) -> np.ndarray:
+def _cache_path(workspace, folder: Path, data_hash: str, rows: int, max_length: int, pooling: str) -> Path:
+    # [CLS] keys stay as they were before mean pooling existed, so caches made then are still found
+    prefix = "cls" if pooling == "cls" else f"pool-{pooling}"
+    key = hashlib.sha256(f"{prefix}|{_encoder_key(folder)}|{data_hash}|{rows}|{max_length}".encode()).hexdigest()
+    return workspace.artifact_dir("probes") / f"{prefix}-{key[:32]}" / ("cls.npy" if pooling == "cls" else "vectors.npy")
+
+
+def _compute(folder: Path, texts: list[str], max_length: int, device: str,
+             poolings: tuple[str, ...]) -> dict[str, np.ndarray]:
     import torch
     from transformers import AutoConfig, AutoModel
 
@@ -88,14 +105,14 @@ def _compute(folder: Path, texts: list[str], max_length: int, device: str, pooli
     config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     encoded = encode(load_tokenizer(folder), texts, max_length, config=config)
     model = AutoModel.from_pretrained(str(folder), trust_remote_code=False).to(device).eval()
-    out = np.zeros((len(texts), config.hidden_size), dtype=np.float32)
+    out = {pooling: np.zeros((len(texts), config.hidden_size), dtype=np.float32) for pooling in poolings}
     with torch.inference_mode():
         for rows in inference_batches(encoded.lengths, 64):
             batch = encoded.batch(rows, device)
             states = model(**batch).last_hidden_state.float()
-            if pooling == "cls":
-                out[rows] = states[:, 0].cpu().numpy()
-            else:
+            if "cls" in out:
+                out["cls"][rows] = states[:, 0].cpu().numpy()
+            if "mean" in out:
                 mean = mean_pool(states, batch["attention_mask"])
-                out[rows] = torch.nn.functional.normalize(mean, dim=-1).cpu().numpy()
+                out["mean"][rows] = torch.nn.functional.normalize(mean, dim=-1).cpu().numpy()
     return out

@@ -478,13 +478,35 @@ class Runner:
         return "pseudo", transfer[0]
 
     def _features_probe(self, teacher, dataset, settings, feature_settings):
-        """Any probe of this pair with the same features will do (K does not change them)."""
+        """Any probe of this teacher with the same features will do: K does not change them, nor do labels or a
+        name (the rows a teacher was trained on, added again without labels as the pool, have the same)."""
         for candidate in (settings, feature_settings):
             found = self.store.find_probe(probe_key(teacher, dataset, candidate))
             if found is not None and (Path(found.path) / "meta.json").is_file():
                 return found
+        found = self._probe_of_same_texts(teacher, dataset, feature_settings)
+        if found is not None:
+            return found
         probe, _ = self.ensure(teacher, dataset, feature_settings)
         return probe
+
+    def _probe_of_same_texts(self, teacher, dataset, settings: ProbeSettings):
+        """A finished probe of the teacher, at this max length with these layers, on another dataset holding
+        exactly this dataset's texts in the same order (its rows line up with this dataset's labels)."""
+        from kamalcli.data.text import load_dataset_rows
+
+        texts = None
+        for other in self.store.datasets():
+            if other.id == dataset.id or other.num_rows != dataset.num_rows or other.task != dataset.task:
+                continue
+            found = [p for p in self._finished(teacher, other) if p.options.get("max_length") == settings.max_length
+                     and set(settings.layers) <= set(p.options.get("layers", []))]
+            if not found:
+                continue
+            texts = load_dataset_rows(dataset)[0] if texts is None else texts
+            if load_dataset_rows(other)[0] == texts:
+                return found[0]
+        return None
 
     # -- (3) selection quality -------------------------------------------------------
     def measure_selection(self, dataset) -> dict | None:

@@ -16,7 +16,7 @@ from kamalcli.probe.teacher_weights import refresh_teachers
 from kamalcli.recipe.recipe import Recipe, plan_recipe
 from kamalcli.students.plan import (AmalgamateRequest, Job, options_need_rmd, pin_label_aliases, plan,
                                     reads_confidences, transfer_note)
-from kamalcli.students.problem import build_problem
+from kamalcli.students.problem import build_problem, cached_head_states
 
 
 def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, detail=None, resume_run=None):
@@ -129,11 +129,12 @@ def _train_student(workspace, store, job: Job, probe_request, workdir, run, say,
     world = distributed.current()
     if world.distributed:
         world.dispatch(TrainOnRank(str(workspace.root), job.request, probe_request, job.train, str(workdir), resume))
+    states = None if resume else cached_head_states(workspace, job, say)
     losses = LossHistory(workdir)
     try:
         result = train(problem.model, problem.encoded, problem.objective, job.train, workdir,
                        rows=problem.train_rows, selector=problem.selector, resume=resume, on_loss=losses.record,
-                       description=f"{job.method.name} -> {job.request.name}", world=world)
+                       description=f"{job.method.name} -> {job.request.name}", world=world, head_states=states)
     finally:
         losses.close()
     _report_auxiliary(problem.objective, result, say)

@@ -274,6 +274,20 @@ def _sentence_vectors(workspace, encoder: str, dataset, train_config, say):
                             train_config.max_length, train_config.device, say)
 
 
+def cached_head_states(workspace, job: Job, say) -> np.ndarray | None:
+    """With --fit head or head-then-all, the student's frozen encoder's first-token states of the transfer rows
+    from the workspace's cache (one pass serves every such student of this base, pool and length), when that
+    encoder is the base as installed; None when it is not (grown from a student, merged, cut to fewer layers)."""
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.probe.encoder import head_states
+
+    request = job.request
+    if job.train.fit == "all" or job.task == "token" or request.parent or request.init or request.student_layers:
+        return None
+    return head_states(workspace, request.student, load_dataset_rows(job.dataset)[0], job.dataset.content_hash,
+                       job.train.max_length, job.train.device, say)
+
+
 def _wants_prototypes(options, request, outputs) -> bool:
     """An explicit prototype score, or score=auto with RMD fitted on labelled text (generated or --rmd-fit)."""
     from kamalcli.probe.scores import PROTOTYPE_SCORES

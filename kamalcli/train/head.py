@@ -44,9 +44,10 @@ def check_fit(fit: str) -> None:
 
 
 def train_head(model: "torch.nn.Module", encoded: "Encoded", objective: Objective, config, *, rows: np.ndarray,
-               selector=None, say_progress: bool = True) -> TrainResult:
+               selector=None, states: np.ndarray | None = None, say_progress: bool = True) -> TrainResult:
     """Train the model's head in place on its encoder's states of every row (rows: the ones it learns from);
-    at the end the model holds the selected head. config: the loop's TrainConfig; selector: its Selector."""
+    at the end the model holds the selected head. config: the loop's TrainConfig; selector: its Selector;
+    states: those states when the caller has them (a workspace cache of the frozen base's), else computed here."""
     from kamalcli.models.heads import head_of
     from kamalcli.models.inference import first_token_states
 
@@ -56,7 +57,15 @@ def train_head(model: "torch.nn.Module", encoded: "Encoded", objective: Objectiv
     head = head_of(model)
     started = time.perf_counter()
     model.to(config.device)
-    states = first_token_states(model, encoded, device=config.device, say_progress=say_progress).to(config.device)
+    if states is None:
+        states = first_token_states(model, encoded, device=config.device, say_progress=say_progress)
+    else:
+        import torch
+
+        if states.shape != (len(encoded), model.config.hidden_size):
+            raise KamalError(f"internal: {states.shape} cached encoder states for {len(encoded)} rows")
+        states = torch.as_tensor(np.asarray(states, dtype=np.float32))
+    states = states.to(config.device)
     arrays = BatchArrays(objective)
     measure = _measure(selector, model, head, states, objective, arrays, config.device)
     initial = [copy.deepcopy(m.state_dict()) for m in head.modules]

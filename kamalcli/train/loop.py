@@ -435,12 +435,15 @@ def train(
     on_loss: Callable[[int, float], None] | None = None,
     description: str = "train",
     world: "World | None" = None,  # noqa: F821
+    head_states: np.ndarray | None = None,
 ) -> TrainResult:
     """Train in place; at the end the model holds the selected (best) weights.
 
     on_loss(step, loss) hears every step's training loss (kamalcli/train/loss_history.py records it).
     With a world of several processes (kamalcli/distributed.py) each rank takes its share of every
     batch under DistributedDataParallel (train/data_parallel.py); rank 0 alone selects and checkpoints.
+    head_states: with --fit head or head-then-all, the encoder's first-token states of every row if the caller
+    has them cached (train/head.py).
     """
     from kamalcli.distributed import SINGLE
 
@@ -452,7 +455,7 @@ def train(
     if config.fit != "all" and not (resume and checkpoint.exists(workdir)):  # a resumed run has its head
         if world.size > 1:
             raise KamalError(f"--fit {config.fit} runs on one process; run it without --nproc or torchrun")
-        head = train_head(model, encoded, objective, config, rows=rows, selector=selector)
+        head = train_head(model, encoded, objective, config, rows=rows, selector=selector, states=head_states)
         if config.fit == "head":
             return head
     run = _start(model, objective, config, workdir, world, rows, selector, resume)
