@@ -185,6 +185,9 @@ def test_probe_and_amalgamate_fit_rmd_by_one_rule_and_say_so_alike(added, lm):
     assert ("On synth, rmd, rmd@L1, rmd, per-teacher rank, prototype, rmd+prototype are fitted on these rows and "
             "measured cross-fitted: each of 2 folds scored by a fit on the others.") in unfolded(report), report
     assert "in-sample, not counted" not in report
+    # a figure on generated rows is never presented as what holds on real text (issue 64, item 6)
+    assert "generated rows (synth); no labelled real rows measure it" in unfolded(report)
+    assert [c["real"] for c in added.json("report")["generated_against_real"]] == [[]]
     synth = {s["score"]: s for s in added.json("report")["selection"] if s["data"] == "synth"}
     assert synth["rmd"]["cross_fitted"] == 2 and not synth["rmd"]["in_sample"]
     assert synth["entropy"]["cross_fitted"] is None

@@ -36,7 +36,7 @@ from kamalcli.settings import PROBE, shown
 def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit, rmd_layers, batch_size,
           max_length, device, mc_mode, mc_exact, seed, backend) -> None:
     """Measure every teacher on every dataset once: MC-dropout uncertainty, ECE, RMD, selection."""
-    from kamalcli.probe.service import ProbeRequest, probe_workspace
+    from kamalcli.probe.service import ProbeRequest, generated_against_real_line, probe_workspace
     from kamalcli.recipe.recipe import probe_score
 
     request = ProbeRequest(
@@ -64,6 +64,8 @@ def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit
     _probed(summary)
     for name, result in summary["selection"].items():
         _selection_table(name, result)
+    for check in summary.get("generated_against_real", ()):
+        echo(generated_against_real_line(check))
     if summary.get("auto"):  # what kamal amalgamate would train with given the same --rmd-fit
         decided = summary["auto"]
         echo((f"With --rmd-fit {rmd_fit}, " if rmd_fit else "") + f"score=auto selects with {decided['value']}: "
@@ -134,7 +136,7 @@ def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
         click.echo("No probes yet: run `kamal probe`.")
         return
     _probe_tables(gathered["probes"])
-    _selection_summaries(gathered["selection"], gathered["recipes"], app.verbose)
+    _selection_summaries(gathered["selection"], gathered["recipes"], app.verbose, gathered["generated_against_real"])
 
 
 def _probe_tables(probe_rows: list[dict]) -> None:
@@ -157,16 +159,19 @@ def _probe_tables(probe_rows: list[dict]) -> None:
                for r in token_rows])
 
 
-def _selection_summaries(selections: list[dict], recipes: list[dict], verbose: bool = False) -> None:
+def _selection_summaries(selections: list[dict], recipes: list[dict], verbose: bool = False,
+                         checks: tuple[dict, ...] = ()) -> None:
     """Per dataset and teachers: each score's selection quality and the best one, with the rows it rests on;
-    then per set of teachers the recipe the next kamal amalgamate would decide (kamalcli/recipe/recipe.py), with
-    its evidence under --verbose."""
+    each figure on generated text against real rows' (checks: probe.service.generated_against_real); then per set
+    of teachers the recipe the next kamal amalgamate would decide (kamalcli/recipe/recipe.py), with its evidence
+    under --verbose."""
     from kamalcli.probe.measured import USABLE
-    from kamalcli.probe.service import selection_groups
+    from kamalcli.probe.service import generated_against_real_line, selection_groups
     from kamalcli.recipe.recipe import Recipe, unread_sentence
 
     for data, names, rows, best in selection_groups(selections):
         _selection_table(f"{data} ({', '.join(names)})", {r["score"]: r for r in rows})
+        where = f"{data} (text kamal generated)" if rows[0].get("generated") else data
         in_sample = [r["score"] for r in rows if r.get("in_sample")]
         if in_sample:
             echo(f"On {data}, {', '.join(in_sample)} are fitted on these very rows: in-sample, not counted.")
@@ -177,7 +182,9 @@ def _selection_summaries(selections: list[dict], recipes: list[dict], verbose: b
         if best:
             only = "" if best["score"] in USABLE else " (measured only: no student selects with it)"
             balanced = f" (balanced {pct(best['balanced'])}%)" if best.get("balanced") is not None else ""
-            echo(f"On {data}, {best['score']} picks the right teacher most often{balanced}: {_figure(best)}{only}.")
+            echo(f"On {where}, {best['score']} picks the right teacher most often{balanced}: {_figure(best)}{only}.")
+    for check in checks:
+        echo(generated_against_real_line(check))
     for entry in recipes:
         title = f"{', '.join(entry['teachers'])}: the next `kamal amalgamate --method muki-hard` decides"
         recipe = Recipe.from_json(entry["recipe"])

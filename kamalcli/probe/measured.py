@@ -71,8 +71,9 @@ class Figure:
                 f"{_pct(self.chance)})")
 
     def short(self) -> str:
-        """The figure in a few words: share, rows and chance."""
-        return f"{_pct(self.accuracy)} of {self.total_rows or self.rows:,} rows of {self.data}, chance {_pct(self.chance)}"
+        """The figure in a few words: share, rows (generated ones said so) and chance."""
+        kind = "generated rows" if self.generated else "rows"
+        return f"{_pct(self.accuracy)} of {self.total_rows or self.rows:,} {kind} of {self.data}, chance {_pct(self.chance)}"
 
     def as_json(self) -> dict:
         return {"score": self.score, "data": self.data, "generated": self.generated, "rows": self.rows,

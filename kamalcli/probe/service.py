@@ -10,7 +10,8 @@ from kamalcli.probe.fit_plan import FitPlan, rmd_fit_plan
 from kamalcli.probe.runner import ProbeRequest, Runner, generated_fit_line
 from kamalcli.probe.teacher_weights import refresh_teachers
 
-__all__ = ["ProbeRequest", "Runner", "probe_workspace", "selection_groups", "selection_rows"]
+__all__ = ["ProbeRequest", "Runner", "generated_against_real", "generated_against_real_line", "probe_workspace",
+           "selection_groups", "selection_rows"]
 
 
 def selection_rows(store) -> list[dict]:
@@ -19,6 +20,7 @@ def selection_rows(store) -> list[dict]:
     None for per-word figures or teachers no longer registered), and whether a fitted score (RMD, the prototype
     score) was fitted on these very rows: in-sample, it measures the fit rather than the selection, unless it was
     cross-fitted (kamalcli/probe/cross_fit.py: cross_fitted, its number of folds)."""
+    from kamalcli.data.text import is_generated
     from kamalcli.probe.measured import chance
     from kamalcli.probs import wilson_interval
 
@@ -36,7 +38,8 @@ def selection_rows(store) -> list[dict]:
         dataset, group = datasets[r["dataset_id"]], [teachers.get(name) for name in r["teachers"]]
         measured = r["accuracy"] is not None and r["num_rows"]
         sentence = dataset.task == "sequence" and dataset.has_labels and None not in group
-        out.append({"data": r["dataset"], "teachers": r["teachers"], "score": r["score"], "accuracy": r["accuracy"],
+        out.append({"data": r["dataset"], "generated": is_generated(dataset), "teachers": r["teachers"],
+                    "score": r["score"], "accuracy": r["accuracy"],
                     "auroc": r["auroc"], "target_accuracy": r["target_accuracy"], "rows": r["num_rows"],
                     "balanced": r.get("balanced"),
                     "options_key": r["options_key"],
@@ -67,6 +70,68 @@ def selection_groups(rows: list[dict]) -> list[tuple[str, tuple[str, ...], list[
 
 def _selection_figure(row: dict) -> float:
     return row["balanced"] if row.get("balanced") is not None else row["accuracy"]
+
+
+def generated_against_real(rows: list[dict]) -> list[dict]:
+    """Each selection figure measured on generated text (kamal synthesize) beside the same score's figure for the
+    same teachers on every labelled set of real rows: whether the generated rows tell what holds on real text. A
+    real figure disagrees when each lies outside the other's 95% interval; real is empty when no real rows
+    measure the score. The score compared, per generated group: the one score=auto chose, else the best."""
+    from kamalcli.probs import wilson_interval
+
+    def figure(row: dict) -> tuple[float, tuple[float, float]]:
+        share = _selection_figure(row)
+        return share, wilson_interval(round(share * row["rows"]), row["rows"])
+
+    def measured(members: list[dict], score: str) -> dict | None:
+        return next((r for r in members if r["score"] == score and r["accuracy"] is not None and r["rows"]), None)
+
+    groups = selection_groups(rows)
+    out = []
+    for data, names, members, best in groups:
+        if not members[0].get("generated"):
+            continue
+        auto = next((r for r in members if r["score"].startswith("auto: ") and r["accuracy"] is not None), None)
+        score = auto["score"].removeprefix("auto: ") if auto else best["score"] if best else None
+        row = measured(members, score)
+        if row is None:
+            continue
+        share, interval = figure(row)
+        real = []
+        for other_data, other_names, other, _ in groups:
+            match = measured(other, score) if set(other_names) == set(names) and not other[0].get("generated") else None
+            if match is not None:
+                real_share, real_interval = figure(match)
+                real.append({"data": other_data, "figure": real_share, "rows": match["rows"],
+                             "disagree": not interval[0] <= real_share <= interval[1]
+                             and not real_interval[0] <= share <= real_interval[1]})
+        out.append({"score": score, "teachers": list(names), "generated": data, "figure": share, "rows": row["rows"],
+                    "real": real})
+    return out
+
+
+def generated_against_real_line(check: dict) -> str:
+    """A selection figure on generated text against the same score's on real labelled rows, in a sentence."""
+    said = (f"{check['score']} picks the right teacher on {100 * check['figure']:.1f}% of {check['rows']:,} generated "
+            f"rows ({check['generated']})")
+    if not check["real"]:
+        return (f"{said}; no labelled real rows measure it: what holds on real text is not known (add some with "
+                "add-data --role eval or --role test).")
+    real = ", ".join(f"{100 * r['figure']:.1f}% of {r['rows']:,} real rows ({r['data']})" for r in check["real"])
+    gaps = [100 * (check["figure"] - r["figure"]) for r in check["real"] if r["disagree"]]
+    if not gaps:
+        return f"{said}, {real}: the generated rows tell what holds on real text."
+    if min(gaps) > 0:
+        verdict = f"overstate it by {_span(gaps)} points"
+    elif max(gaps) < 0:
+        verdict = f"understate it by {_span([-g for g in gaps])} points"
+    else:
+        verdict = "disagree with the real rows, both ways"
+    return f"{said}, but {real}: the generated rows {verdict}; the real figures are what a student meets."
+
+
+def _span(points: list[float]) -> str:
+    return f"{min(points):.1f}" if len(points) == 1 else f"{min(points):.1f} to {max(points):.1f}"
 
 
 def _check_token_request(request: ProbeRequest, rmd_fit, teachers, datasets) -> None:
@@ -229,6 +294,10 @@ def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=()
         if rmd:
             _fit_rmds(runner, store, teachers, settings, probes_by_teacher, plan, summary, say)
         _measure_selection(runner, store, teachers, datasets, plan, summary, decide_score)
+        measured = set(summary["selection"])
+        summary["generated_against_real"] = [
+            c for c in generated_against_real(selection_rows(store))
+            if c["generated"] in measured or any(r["data"] in measured for r in c["real"])]
         run.result = summary
     summary["run_id"] = run.id
     return summary

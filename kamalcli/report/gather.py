@@ -189,10 +189,11 @@ def _recipes(workspace, store, student_options) -> list[dict]:
 
 
 def text_report(store, workspace=None, student_options=None) -> dict:
-    """What `kamal report` shows and its --json writes: probes, selection, per set of teachers the recipe the next
-    kamal amalgamate of student_options would decide, rl-kd students' policies and generated datasets."""
+    """What `kamal report` shows and its --json writes: probes, selection (and each figure on generated text
+    beside the real rows'), per set of teachers the recipe the next kamal amalgamate of student_options would
+    decide, rl-kd students' policies and generated datasets."""
     from kamalcli.data.text import is_generated
-    from kamalcli.probe.service import selection_rows
+    from kamalcli.probe.service import generated_against_real, selection_rows
 
     teachers = {t.id: t for t in store.teachers()}
     datasets = {d.id: d for d in store.datasets()}
@@ -201,5 +202,6 @@ def text_report(store, workspace=None, student_options=None) -> dict:
     policies = policy_selection(store.students())
     generated = [{"data": d.name, **d.provenance} for d in datasets.values() if is_generated(d)]
     return {"probes": probe_rows(teachers, datasets, probes), "selection": selections,
+            "generated_against_real": generated_against_real(selections),
             "recipes": _recipes(workspace, store, student_options),
             "policy_selection": policies, "generated": generated}

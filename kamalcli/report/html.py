@@ -97,12 +97,13 @@ def _recipe_table(recipe) -> str:
 def selection_section(report: Report) -> str:
     if not report.selection:
         return _missing("No selection measured yet: `kamal probe` with a labelled dataset and two teachers or more.")
-    from kamalcli.probe.service import selection_groups
+    from kamalcli.probe.service import generated_against_real, generated_against_real_line, selection_groups
     from kamalcli.recipe.recipe import Recipe, unread_sentence
 
     out = []
     for data, names, rows, best in selection_groups(report.selection):
-        out.append(f"<h3>{escape(data)} ({escape(', '.join(names))})</h3>")
+        kind = ", text kamal generated" if rows[0].get("generated") else ""
+        out.append(f"<h3>{escape(data)} ({escape(', '.join(names))}{kind})</h3>")
         out.append(_table(["score", "selects the right teacher %", "balanced over teachers %", "AUROC right vs wrong",
                            "hard target right %", "rows"],
                           [(r["score"], _pct(r["accuracy"]), _pct(r.get("balanced")), _f3(r["auroc"]),
@@ -113,6 +114,8 @@ def selection_section(report: Report) -> str:
                         else "")
             out.append(f'<p class="note">{escape(best["score"])} selects the right teacher most often '
                        f'({_pct(best["accuracy"])}% of {best["rows"]:,} rows{balanced}).</p>')
+    out.extend(f'<p class="note">{escape(generated_against_real_line(check))}</p>'
+               for check in generated_against_real(report.selection))
     for entry in report.recipes:  # what the next amalgamate of the default student decides, by the same call
         recipe = Recipe.from_json(entry["recipe"])
         out.append(f"<h3>The next muki-hard student of {escape(', '.join(entry['teachers']))} decides</h3>")
