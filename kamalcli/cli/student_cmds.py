@@ -1,6 +1,8 @@
-"""kamal methods, amalgamate, students, eval, predict."""
+"""kamal methods, amalgamate, students, remove-student, eval, predict."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -168,6 +170,33 @@ def students(app: App, as_json: bool) -> None:
           empty="none yet (kamal amalgamate --method muki-hard)")
 
 
+@click.command("remove-student")
+@click.argument("name")
+@pass_app
+def remove_student(app: App, name: str) -> None:
+    """Forget a student: its folder, evaluations, run checkpoints and exports inside the workspace go (an export
+    written elsewhere with --out is not touched)."""
+    from kamalcli.files import remove_artifacts
+
+    with app.writer() as store:
+        store.claim("student", name, exclusive=True)
+        student = store.student(name)
+        children = [s.name for s in store.students() if s.parent == student.name]
+        if children:
+            raise KamalError(f"student {', '.join(children)} extends {student.name}: remove it first")
+        as_teacher = store.teacher_of_student(student.id)
+        if as_teacher is not None:
+            raise KamalError(f"teacher {as_teacher.name} reads {student.name}'s folder (extend registered it): "
+                             f"`kamal remove-teacher {as_teacher.name}` first")
+        exports = [e.path for e in store.exports(student.id)]
+        runs = [r.workdir for r in store.runs() if r.id == student.run_id and r.workdir]
+        store.remove_student(student.name)
+        remove_artifacts(app.workspace, [student.path, *exports, *runs])  # under the claim: the name is free after
+    inside = [p for p in exports if app.workspace.artifacts.resolve() in Path(p).resolve().parents]
+    kept = f"; {len(exports) - len(inside)} export(s) outside the workspace were not touched" if len(inside) < len(exports) else ""
+    click.echo(f"Removed student {student.name}, its folder and {len(inside)} export(s){kept}")
+
+
 def _trust_cell(student) -> str:
     """What the student says about itself: its scope score and the coverage it was calibrated for."""
     parts = [f"{student.scope['score']}, keeps {pct(student.scope['keep'])}%"] if student.scope else []
@@ -309,4 +338,4 @@ def _print_entities(rows: list[dict]) -> None:
         click.echo(f"{found}\t{r['text'][:80]}")
 
 
-COMMANDS = [methods, amalgamate, extend, students, eval_cmd, predict]
+COMMANDS = [methods, amalgamate, extend, students, remove_student, eval_cmd, predict]
