@@ -14,7 +14,7 @@ from kamalcli.probs import auroc
 from kamalcli.trust import conformal
 from kamalcli.trust.scope import fit_scope, load_scope, scope_scores
 
-from conftest import TRAIN
+from conftest import unfolded, TRAIN
 
 
 # -- golden values ----------------------------------------------------------------------------------------
@@ -40,6 +40,15 @@ def test_conformal_threshold_sets_and_coverage_golden():
     assert conformal.calibrate(probs, gold, 0.9).complete
     assert [conformal.rows_needed(c) for c in (0.8, 0.9, 0.95)] == [4, 9, 19]
     assert conformal.Calibration.from_json(cal.as_json()) == cal
+
+
+def test_the_coverage_of_one_calibration_draw_follows_its_beta_law_golden():
+    # Beta(ceil((n + 1) c), n + 1 - ceil((n + 1) c)) 5% and 95% quantiles, from scipy.stats.beta.ppf
+    assert conformal.coverage_spread(100, 0.9) == pytest.approx((0.8482045713864065, 0.94473676231713), abs=1e-9)
+    assert conformal.coverage_spread(1000, 0.9) == pytest.approx((0.884075488583474, 0.9152152323315307), abs=1e-9)
+    assert conformal.coverage_spread(20, 0.8) == pytest.approx((0.6563361956857181, 0.9286461156913818), abs=1e-9)
+    assert conformal.coverage_spread(50000, 0.95) == pytest.approx((0.9483876720891473, 0.9515938618696593), abs=1e-8)
+    assert conformal.coverage_spread(5, 0.9) is None  # too few rows: every set holds every label
 
 
 @pytest.mark.parametrize("coverage", [0.0, 1.0, -0.5, 1.5])
@@ -165,6 +174,9 @@ def test_eval_reports_how_well_the_scope_flags_labels_no_teacher_knows(kd_studen
 def test_calibrate_gives_sets_in_predict_eval_and_exports(kd_student, ws):
     out = kd_student("calibrate", "kd", "--data", "test", "--coverage", "0.8")
     assert "calibrated on 80 rows of test for coverage 0.8" in out.stdout
+    # Beta(65, 16): 5% and 95% quantiles 72.6% and 87.0%; with 800 rows Beta(641, 160): 77.7% and 82.3%
+    assert ("with 80 rows one draw's coverage lies in 72.6-87.0% nine times in ten (800 rows: 77.7-82.3%)"
+            in unfolded(out.stdout))
     record = next(s for s in kd_student.json("students") if s["name"] == "kd")
     assert record["calibration"]["coverage"] == 0.8 and record["calibration"]["rows"] == 80
     assert f"{record['scope']['score']}, keeps 95.0%; sets 80.0%" in kd_student("students").stdout

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.render import emit_json, json_option, note
+from kamalcli.cli.render import emit_json, json_option, note, pct
 from kamalcli.errors import KamalError
 
 
@@ -60,7 +60,7 @@ def calibrate(app: App, student_name, data_name, coverage, device, as_json) -> N
     """Prediction sets with a guarantee (split conformal): after this, `kamal predict --json` adds `set`, the
     labels that hold the true one with probability COVERAGE, and `kamal eval` reports coverage and set size."""
     from kamalcli.students.trust import calibrate_student
-    from kamalcli.trust.conformal import check_coverage
+    from kamalcli.trust.conformal import check_coverage, coverage_spread
 
     check_coverage(coverage)
     device = app.device(device)
@@ -70,14 +70,21 @@ def calibrate(app: App, student_name, data_name, coverage, device, as_json) -> N
         store.claim("student", student.name, exclusive=True)
         store.claim_inputs(datasets=[dataset])
         calibration, notes = calibrate_student(store, student, dataset, coverage=coverage, device=device)
+    spread = {rows: coverage_spread(rows, calibration.coverage) for rows in (calibration.rows, 10 * calibration.rows)}
     if as_json:
-        emit_json({"student": student.name, **calibration.as_json(), "notes": notes})
+        low_high = spread[calibration.rows]
+        emit_json({"student": student.name, **calibration.as_json(), "notes": notes,
+                   "coverage_spread": {"level": 0.9, "low": low_high[0], "high": low_high[1]} if low_high else None})
         return
     for line in notes:
         click.echo(line)
     click.echo(f"student {student.name}: calibrated on {calibration.rows} rows of {calibration.data} for coverage "
                f"{calibration.coverage:g} (a label is in the set when its probability is at least "
                f"{max(0.0, 1 - calibration.threshold):.4g}).")
+    if spread[calibration.rows]:
+        (low, high), (low10, high10) = spread[calibration.rows], spread[10 * calibration.rows]
+        click.echo(f"That is the mean over calibration draws: with {calibration.rows:,} rows one draw's coverage lies in "
+                   f"{pct(low)}-{pct(high)}% nine times in ten ({10 * calibration.rows:,} rows: {pct(low10)}-{pct(high10)}%).")
 
 
 @click.command("label-queue")

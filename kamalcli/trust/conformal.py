@@ -79,6 +79,42 @@ def rows_needed(coverage: float) -> int:
     return math.ceil(coverage / (1.0 - coverage) - 1e-9)
 
 
+def coverage_spread(rows: int, coverage: float, level: float = 0.9) -> tuple[float, float] | None:
+    """Where the coverage of one calibration on `rows` rows lies (the probability, given those rows, that a new
+    row's set holds its label) for `level` of the calibration draws one could have made. For continuous scores it
+    follows Beta(k, rows + 1 - k), k = ceil((rows + 1) coverage) (Vovk 2012; Angelopoulos & Bates 2021, sec. 3.2):
+    the guarantee is on the mean over draws, and this is how far one draw may fall from it. None when k > rows."""
+    k = math.ceil((rows + 1) * coverage - 1e-9)
+    if k > rows:
+        return None
+    tail = (1.0 - level) / 2
+    return _beta_quantile(tail, k, rows + 1 - k), _beta_quantile(1.0 - tail, k, rows + 1 - k)
+
+
+def _beta_quantile(p: float, a: int, b: int) -> float:
+    """The p-quantile of Beta(a, b) for whole a, b, by bisection on its CDF: P(Beta(a, b) <= x) is the chance
+    that Binomial(a + b - 1, x) reaches a."""
+    n = a + b - 1
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1)))])
+    j = np.arange(a, n + 1)
+    log_choose = log_factorial[n] - log_factorial[j] - log_factorial[n - j]
+
+    def cdf(x: float) -> float:
+        if x <= 0.0:
+            return 0.0
+        if x >= 1.0:
+            return 1.0
+        terms = log_choose + j * math.log(x) + (n - j) * math.log1p(-x)
+        top = terms.max()
+        return float(math.exp(top) * np.exp(terms - top).sum())
+
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < p else (low, middle)
+    return (low + high) / 2
+
+
 def coverage_and_size(members: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
     """(share of rows whose set holds the gold label, mean set size) over rows with a known gold index."""
     gold = np.asarray(gold, dtype=np.int64)
