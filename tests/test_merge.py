@@ -91,7 +91,7 @@ def test_trained_teachers_merge_from_the_base_they_name(two_teachers, assets):
     (["--baseline", "merge", "--base", "{wide}"], "is not the base these teachers were fine-tuned from: "
                                                   "embeddings.word_embeddings.weight is"),
     (["--baseline", "merge", "--teacher", "news", "--base", "{encoder}"], "a merge needs two or more teachers"),
-    (["--baseline", "supervised"], "unknown baseline 'supervised': ensemble, teacher:NAME or merge[:METHOD]"),
+    (["--baseline", "supervised"], "unknown baseline 'supervised': ensemble, teacher:NAME, merge[:METHOD] or zero-shot"),
 ])
 def test_merge_refusals(two_teachers, assets, tmp_path, args, message):
     from transformers import BertModel
@@ -221,3 +221,34 @@ def test_teachers_of_a_bases_first_layers_merge_into_a_student_of_that_depth(kam
     assert f"merged from {assets['encoder']} (task-arithmetic)" in result.stderr
     [student] = kamal.json("students")
     assert student["name"] == "shallow" and student["train"]["init"] == "merge:task-arithmetic"
+
+
+def test_the_zero_shot_baseline_is_each_texts_nearest_label_template_in_the_encoder(two_teachers, assets, ws):
+    """No teacher is read: a label's vector is the mean of its templates' sentence vectors; each text takes the label
+    whose vector is nearest (cosine), over the teachers' union of labels."""
+    import json
+
+    import numpy as np
+
+    from kamalcli.probe.encoder import text_vectors
+    from kamalcli.students.evaluate import ZERO_SHOT_TEMPLATES, zero_shot_scores
+    from kamalcli.train.metrics import classification_metrics
+    from kamalcli.workspace.folder import Workspace
+
+    metrics = two_teachers.json("eval", "--baseline", "zero-shot", "--base", assets["encoder"], "--data", "test")
+    names = metrics["labels"]  # the union of the teachers' labels, in the label space's order
+    assert sorted(names) == ["business", "scitech", "sports", "world"]
+    rows = [json.loads(line) for line in assets["test"].read_text().splitlines()]
+    texts = [r["text"] for r in rows]
+    [test] = [d for d in two_teachers.json("data") if d["name"] == "test"]
+    scores = zero_shot_scores(Workspace(ws), str(assets["encoder"]), texts, test["content_hash"], names, 128, "cpu")
+    # the scores are cosines with the mean template vector of each label
+    labels = text_vectors(str(assets["encoder"]), [t.format(label=n) for n in names for t in ZERO_SHOT_TEMPLATES])
+    labels = labels.reshape(len(names), len(ZERO_SHOT_TEMPLATES), -1).mean(axis=1)
+    labels /= np.linalg.norm(labels, axis=1, keepdims=True)
+    np.testing.assert_allclose(scores, text_vectors(str(assets["encoder"]), texts, max_length=128) @ labels.T, atol=1e-5)
+    gold = np.array([names.index(r["label"]) for r in rows])
+    assert {k: v for k, v in metrics.items() if k != "zero_shot"} == classification_metrics(scores.argmax(1), gold, names)
+    assert metrics["zero_shot"]["templates"] == list(ZERO_SHOT_TEMPLATES)
+    refused = two_teachers("eval", "--baseline", "zero-shot", "--teacher", "news", "--data", "test", code=2).stderr
+    assert "zero-shot reads no teacher" in refused

@@ -208,15 +208,16 @@ def _trust_cell(student) -> str:
 @click.command("eval")
 @click.argument("student_name", required=False)
 @click.option("--data", "data_name", required=True, metavar="NAME", help="A labelled dataset.")
-@click.option("--baseline", help="Instead of a student (no training): ensemble, teacher:NAME, or merge[:METHOD] "
+@click.option("--baseline", help="Instead of a student (no training): ensemble, teacher:NAME, merge[:METHOD] "
                                  "(the teachers' encoders merged from their base: task-arithmetic, the default, "
-                                 "ties or average; each teacher's head on the merged encoder).")
+                                 "ties or average; each teacher's head on the merged encoder), or zero-shot (no "
+                                 "teacher: each text's nearest label name in a sentence encoder).")
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME",
               help="With --baseline ensemble or merge: only these teachers (default: every teacher of the data's "
                    "task).")
 @click.option("--base", metavar="NAME|FOLDER",
               help="With --baseline merge: the pretrained base the teachers were fine-tuned from (default: the one "
-                   "their kamal.json records).")
+                   "their kamal.json records); with zero-shot: the sentence encoder (default minilm-l6).")
 @click.option("--device", help="cpu, cuda or auto.")
 @json_option
 @pass_app
@@ -225,13 +226,13 @@ def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, base, d
     from kamalcli.students.evaluate import baseline_name, canonical_baseline, evaluate_baseline, evaluate_student
 
     if student_name is None and baseline is None:
-        raise KamalError("say what to evaluate: a STUDENT, or --baseline ensemble, teacher:NAME or merge")
+        raise KamalError("say what to evaluate: a STUDENT, or --baseline ensemble, teacher:NAME, merge or zero-shot")
     if student_name is not None and baseline is not None:
-        raise KamalError("give a STUDENT or --baseline (ensemble, teacher:NAME, merge), not both")
+        raise KamalError("give a STUDENT or --baseline (ensemble, teacher:NAME, merge, zero-shot), not both")
     if teacher_names and baseline is None:
         raise KamalError("--teacher picks the members of --baseline ensemble; a student has its own teachers")
     if base and baseline is None:
-        raise KamalError("--base names the pretrained base of --baseline merge; a student has its own")
+        raise KamalError("--base names the base of --baseline merge or zero-shot; a student has its own")
     device = app.device(device)
     with app.writer() as store:
         dataset = store.dataset(data_name)

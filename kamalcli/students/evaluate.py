@@ -61,21 +61,24 @@ def trust_metrics(found, gold_idx: np.ndarray) -> dict:
 def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str = "auto", max_length: int = 128,
                       teacher_names: tuple[str, ...] = (), base: str | None = None, say=print) -> dict:
     """'ensemble' (argmax of concatenated logits; of teacher_names only when given), 'teacher:NAME' (one teacher,
-    other labels at zero) or 'merge[:METHOD]' (the teachers' encoders merged in weight space from their base,
-    each teacher's head on it, logits concatenated as the ensemble's)."""
+    other labels at zero), 'merge[:METHOD]' (the teachers' encoders merged in weight space from their base,
+    each teacher's head on it, logits concatenated as the ensemble's) or 'zero-shot' (no teacher: each text's
+    nearest label name in a sentence encoder, base or DEFAULT_ENCODER)."""
     from kamalcli.methods.vanilla_kd import union_logits
     from kamalcli.probe.outputs import teacher_outputs
     from kamalcli.probe.runner import Runner
 
     baseline = canonical_baseline(baseline)
-    if base is not None and not baseline.startswith("merge:"):
-        raise KamalError("--base names the pretrained base of --baseline merge; drop it")
+    if base is not None and not baseline.startswith(("merge:", ZERO_SHOT)):
+        raise KamalError("--base names the pretrained base of --baseline merge, or the encoder of zero-shot; drop it")
     if dataset.task == "token":
-        if baseline.startswith("merge:"):
-            raise KamalError("merge baselines are for text classifiers; token teachers are not merged")
+        if baseline.startswith("merge:") or baseline == ZERO_SHOT:
+            raise KamalError(f"{baseline} is a baseline for text classifiers, not for token data")
         return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length,
                                        teacher_names=teacher_names, say=say)
     texts, gold = load_labelled_rows(dataset)
+    if baseline == ZERO_SHOT:
+        return _zero_shot(workspace, store, dataset, texts, gold, base, teacher_names, device, max_length, say)
     # as probe and amalgamate do: a teacher whose weights changed on disk has its stale cached outputs forgotten
     teachers = refresh_teachers(workspace, store, baseline_teachers(store, baseline, "sequence", teacher_names), say)
     if teachers[0].task == "token":
@@ -102,12 +105,50 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
 
 
 def canonical_baseline(baseline: str) -> str:
-    """ensemble, teacher:NAME or merge:METHOD (merge alone: task arithmetic); anything else refused in one line."""
+    """ensemble, teacher:NAME, merge:METHOD (merge alone: task arithmetic) or zero-shot; anything else refused in
+    one line."""
     if baseline == "merge":
         return "merge:task-arithmetic"
-    if baseline == "ensemble" or baseline.startswith(("teacher:", "merge:")):
+    if baseline in ("ensemble", ZERO_SHOT) or baseline.startswith(("teacher:", "merge:")):
         return baseline
-    raise KamalError(f"unknown baseline {baseline!r}: ensemble, teacher:NAME or merge[:METHOD]")
+    raise KamalError(f"unknown baseline {baseline!r}: ensemble, teacher:NAME, merge[:METHOD] or zero-shot")
+
+
+ZERO_SHOT = "zero-shot"
+# Fixed before any measurement, not tuned: a label's vector is the mean of these sentences' (prompt ensembling).
+ZERO_SHOT_TEMPLATES = ("{label}", "This text is about {label}.", "A text about {label}.")
+
+
+def _zero_shot(workspace, store, dataset, texts, gold, encoder, teacher_names, device, max_length, say) -> dict:
+    """What a user can do with no teacher: each text's label is the one whose name, put in ZERO_SHOT_TEMPLATES,
+    lies nearest (cosine) in a sentence encoder; over the teachers' union of labels, as every baseline."""
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER
+    from kamalcli.runtime import resolve_device
+
+    if teacher_names:
+        raise KamalError("--teacher picks the members of --baseline ensemble or merge; zero-shot reads no teacher")
+    encoder = encoder or DEFAULT_ENCODER
+    space = store.label_space(store.teachers_of_task("sequence"))
+    scores = zero_shot_scores(workspace, encoder, texts, dataset.content_hash, list(space.names), max_length,
+                              resolve_device(device), say)
+    metrics = classification_metrics(scores.argmax(axis=1), space.indices(gold), list(space.names))
+    metrics["zero_shot"] = {"encoder": encoder, "templates": list(ZERO_SHOT_TEMPLATES)}
+    store.add_evaluation(baseline=ZERO_SHOT, dataset_id=dataset.id, metrics=metrics)
+    return metrics
+
+
+def zero_shot_scores(workspace, encoder: str, texts: list[str], data_hash: str, names: list[str], max_length: int,
+                     device: str, say=print) -> np.ndarray:
+    """(texts, names): the cosine of each text's sentence vector with each label's template vector."""
+    from kamalcli.probe.encoder import sentence_vectors, text_vectors
+
+    rows = np.asarray(sentence_vectors(workspace, encoder, texts, data_hash, max_length, device, say))
+    readable = [name.replace("_", " ").replace("-", " ") for name in names]
+    sentences = [t.format(label=label) for label in readable for t in ZERO_SHOT_TEMPLATES]
+    vectors = text_vectors(encoder, sentences, device=device).reshape(len(names), len(ZERO_SHOT_TEMPLATES), -1)
+    labels = vectors.mean(axis=1)
+    labels /= np.linalg.norm(labels, axis=1, keepdims=True)
+    return rows @ labels.T
 
 
 def _merged_outputs(store, teachers, baseline: str, base, texts, max_length, device, say):
