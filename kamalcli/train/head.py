@@ -64,7 +64,7 @@ def train_head(model: "torch.nn.Module", encoded: "Encoded", objective: Objectiv
 
         if states.shape != (len(encoded), model.config.hidden_size):
             raise KamalError(f"internal: {states.shape} cached encoder states for {len(encoded)} rows")
-        states = torch.as_tensor(np.asarray(states, dtype=np.float32))
+        states = torch.from_numpy(np.array(states, dtype=np.float32))  # a copy: the cache is a read-only memory map
     states = states.to(config.device)
     arrays = BatchArrays(objective)
     measure = _measure(selector, model, head, states, objective, arrays, config.device)
