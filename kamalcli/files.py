@@ -79,12 +79,16 @@ def sha256_files(paths: Iterable[Path], chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def in_artifacts(workspace, path) -> bool:
+    """Whether a path lies inside the workspace's artifacts: the only place kamal deletes from."""
+    return workspace.artifacts.resolve() in Path(path).resolve().parents
+
+
 def remove_artifacts(workspace, paths) -> None:
     """Delete files and folders the database no longer points at (only inside the workspace)."""
-    root = workspace.artifacts.resolve()
     for path in map(Path, paths):
         path = path.resolve()
-        if root not in path.parents:
+        if not in_artifacts(workspace, path):
             continue
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)

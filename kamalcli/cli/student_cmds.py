@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import click
 
@@ -176,7 +175,7 @@ def students(app: App, as_json: bool) -> None:
 def remove_student(app: App, name: str) -> None:
     """Forget a student: its folder, evaluations, run checkpoints and exports inside the workspace go (an export
     written elsewhere with --out is not touched)."""
-    from kamalcli.files import remove_artifacts
+    from kamalcli.files import in_artifacts, remove_artifacts
 
     with app.writer() as store:
         store.claim("student", name, exclusive=True)
@@ -189,10 +188,10 @@ def remove_student(app: App, name: str) -> None:
             raise KamalError(f"teacher {as_teacher.name} reads {student.name}'s folder (extend registered it): "
                              f"`kamal remove-teacher {as_teacher.name}` first")
         exports = [e.path for e in store.exports(student.id)]
-        runs = [r.workdir for r in store.runs() if r.id == student.run_id and r.workdir]
+        runs = [r.workdir for r in store.runs(name=student.name) if r.id == student.run_id and r.workdir]
         store.remove_student(student.name)
         remove_artifacts(app.workspace, [student.path, *exports, *runs])  # under the claim: the name is free after
-    inside = [p for p in exports if app.workspace.artifacts.resolve() in Path(p).resolve().parents]
+    inside = [p for p in exports if in_artifacts(app.workspace, p)]
     kept = f"; {len(exports) - len(inside)} export(s) outside the workspace were not touched" if len(inside) < len(exports) else ""
     click.echo(f"Removed student {student.name}, its folder and {len(inside)} export(s){kept}")
 
