@@ -91,7 +91,7 @@ def test_trained_teachers_merge_from_the_base_they_name(two_teachers, assets):
     (["--baseline", "merge", "--base", "{wide}"], "is not the base these teachers were fine-tuned from: "
                                                   "embeddings.word_embeddings.weight is"),
     (["--baseline", "merge", "--teacher", "news", "--base", "{encoder}"], "a merge needs two or more teachers"),
-    (["--baseline", "supervised"], "unknown baseline 'supervised': ensemble, teacher:NAME, merge[:METHOD] or zero-shot"),
+    (["--baseline", "supervised"], "unknown baseline 'supervised': ensemble, teacher:NAME, merge[:METHOD], zero-shot or prior:DATA"),
 ])
 def test_merge_refusals(two_teachers, assets, tmp_path, args, message):
     from transformers import BertModel
@@ -252,3 +252,30 @@ def test_the_zero_shot_baseline_is_each_texts_nearest_label_template_in_the_enco
     assert metrics["zero_shot"]["templates"] == list(ZERO_SHOT_TEMPLATES)
     refused = two_teachers("eval", "--baseline", "zero-shot", "--teacher", "news", "--data", "test", code=2).stderr
     assert "zero-shot reads no teacher" in refused
+
+
+def test_the_prior_alone_is_each_texts_nearest_class_prototype_of_a_labelled_set(two_teachers, assets):
+    """--baseline prior:DATA reads no teacher: a class's prototype is the unit mean of DATA's unit sentence vectors
+    of that class; each text takes the class whose prototype is nearest (cosine), over the teachers' union."""
+    import json
+
+    import numpy as np
+
+    from kamalcli.probe.encoder import text_vectors
+    from kamalcli.train.metrics import classification_metrics
+
+    two_teachers("add-data", assets["train"], "--name", "train", "--role", "eval")
+    metrics = two_teachers.json("eval", "--baseline", "prior:train", "--base", assets["encoder"], "--data", "test")
+    names = metrics["labels"]
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    fit = [json.loads(line) for line in assets["train"].read_text().splitlines()]
+    vectors = unit(text_vectors(str(assets["encoder"]), [r["text"] for r in fit], max_length=128).astype(np.float64))
+    prototypes = unit(np.stack([vectors[[r["label"] == n for r in fit]].mean(axis=0) for n in names]))
+    rows = [json.loads(line) for line in assets["test"].read_text().splitlines()]
+    cosines = unit(text_vectors(str(assets["encoder"]), [r["text"] for r in rows], max_length=128)) @ prototypes.T
+    gold = np.array([names.index(r["label"]) for r in rows])
+    assert {k: v for k, v in metrics.items() if k != "prior"} == classification_metrics(cosines.argmax(1), gold, names)
+    assert metrics["prior"] == {"encoder": str(assets["encoder"]), "data": "train"}
+    assert "prior:DATA reads no teacher" in two_teachers("eval", "--baseline", "prior:train", "--teacher", "news",
+                                                         "--data", "test", code=2).stderr
+    assert "unknown baseline 'prior:'" in two_teachers("eval", "--baseline", "prior:", "--data", "test", code=2).stderr

@@ -62,23 +62,27 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
                       teacher_names: tuple[str, ...] = (), base: str | None = None, say=print) -> dict:
     """'ensemble' (argmax of concatenated logits; of teacher_names only when given), 'teacher:NAME' (one teacher,
     other labels at zero), 'merge[:METHOD]' (the teachers' encoders merged in weight space from their base,
-    each teacher's head on it, logits concatenated as the ensemble's) or 'zero-shot' (no teacher: each text's
-    nearest label name in a sentence encoder, base or DEFAULT_ENCODER)."""
+    each teacher's head on it, logits concatenated as the ensemble's), 'zero-shot' (no teacher: each text's
+    nearest label name in a sentence encoder, base or DEFAULT_ENCODER) or 'prior:DATA' (no teacher: the nearest
+    prototype of DATA's labelled rows in that encoder)."""
     from kamalcli.methods.vanilla_kd import union_logits
     from kamalcli.probe.outputs import teacher_outputs
     from kamalcli.probe.runner import Runner
 
     baseline = canonical_baseline(baseline)
-    if base is not None and not baseline.startswith(("merge:", ZERO_SHOT)):
-        raise KamalError("--base names the pretrained base of --baseline merge, or the encoder of zero-shot; drop it")
+    if base is not None and not baseline.startswith(("merge:", ZERO_SHOT, PRIOR)):
+        raise KamalError("--base names the pretrained base of --baseline merge, or the encoder of zero-shot or "
+                         "prior:DATA; drop it")
     if dataset.task == "token":
-        if baseline.startswith("merge:") or baseline == ZERO_SHOT:
+        if baseline.startswith(("merge:", ZERO_SHOT, PRIOR)):
             raise KamalError(f"{baseline} is a baseline for text classifiers, not for token data")
         return evaluate_token_baseline(workspace, store, baseline, dataset, device=device, max_length=max_length,
                                        teacher_names=teacher_names, say=say)
     texts, gold = load_labelled_rows(dataset)
     if baseline == ZERO_SHOT:
         return _zero_shot(workspace, store, dataset, texts, gold, base, teacher_names, device, max_length, say)
+    if baseline.startswith(PRIOR):
+        return _prior_alone(workspace, store, dataset, baseline, gold, base, teacher_names, device, max_length, say)
     # as probe and amalgamate do: a teacher whose weights changed on disk has its stale cached outputs forgotten
     teachers = refresh_teachers(workspace, store, baseline_teachers(store, baseline, "sequence", teacher_names), say)
     if teachers[0].task == "token":
@@ -105,16 +109,17 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
 
 
 def canonical_baseline(baseline: str) -> str:
-    """ensemble, teacher:NAME, merge:METHOD (merge alone: task arithmetic) or zero-shot; anything else refused in
-    one line."""
+    """ensemble, teacher:NAME, merge:METHOD (merge alone: task arithmetic), zero-shot or prior:DATA; anything else
+    refused in one line."""
     if baseline == "merge":
         return "merge:task-arithmetic"
-    if baseline in ("ensemble", ZERO_SHOT) or baseline.startswith(("teacher:", "merge:")):
+    if baseline in ("ensemble", ZERO_SHOT) or (baseline.startswith(("teacher:", "merge:", PRIOR)) and baseline != PRIOR):
         return baseline
-    raise KamalError(f"unknown baseline {baseline!r}: ensemble, teacher:NAME, merge[:METHOD] or zero-shot")
+    raise KamalError(f"unknown baseline {baseline!r}: ensemble, teacher:NAME, merge[:METHOD], zero-shot or prior:DATA")
 
 
 ZERO_SHOT = "zero-shot"
+PRIOR = "prior:"  # prior:DATA
 # Fixed before any measurement, not tuned: a label's vector is the mean of these sentences' (prompt ensembling).
 ZERO_SHOT_TEMPLATES = ("{label}", "This text is about {label}.", "A text about {label}.")
 
@@ -134,6 +139,27 @@ def _zero_shot(workspace, store, dataset, texts, gold, encoder, teacher_names, d
     metrics = classification_metrics(scores.argmax(axis=1), space.indices(gold), list(space.names))
     metrics["zero_shot"] = {"encoder": encoder, "templates": list(ZERO_SHOT_TEMPLATES)}
     store.add_evaluation(baseline=ZERO_SHOT, dataset_id=dataset.id, metrics=metrics)
+    return metrics
+
+
+def _prior_alone(workspace, store, dataset, baseline, gold, encoder, teacher_names, device, max_length, say) -> dict:
+    """muki-hard's prior with no teacher: each text's class is the nearest prototype (mean sentence vector) of a
+    labelled dataset's rows, e.g. `kamal synthesize`'s generated text, in a sentence encoder."""
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER, fit_prototypes
+    from kamalcli.runtime import resolve_device
+
+    if teacher_names:
+        raise KamalError("--teacher picks the members of --baseline ensemble or merge; prior:DATA reads no teacher")
+    encoder = encoder or DEFAULT_ENCODER
+    teachers = store.teachers_of_task("sequence")
+    space = store.label_space(teachers)
+    fit = fit_prototypes(workspace, teachers, dataset, store.dataset(baseline[len(PRIOR):]), encoder=encoder,
+                         max_length=max_length, device=resolve_device(device), say=say,
+                         canonical=store.label_aliases().canonical)
+    classes = fit.prior(list(space.names))
+    metrics = classification_metrics(classes.argmax(axis=1), space.indices(gold), list(space.names))
+    metrics["prior"] = {"encoder": encoder, "data": baseline[len(PRIOR):]}
+    store.add_evaluation(baseline=baseline, dataset_id=dataset.id, metrics=metrics)
     return metrics
 
 
