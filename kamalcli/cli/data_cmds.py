@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.render import echo, emit_json, json_option, note, table
-from kamalcli.errors import KamalError
+from kamalcli.cli.render import echo, emit_json, json_option, table
 
 
 @click.command("add-data")
@@ -33,18 +32,9 @@ def add_data(app: App, path: str, name: str | None, text_column: str | None, lab
              tokens_column: str | None, tags_column: str | None, data_format: str | None, max_chars: int | None,
              skip_unlabelled: bool) -> None:
     """Register text (csv, tsv, jsonl/json, txt, parquet) or tokens with BIO tags (named entities)."""
-    from kamalcli.data.text import register_dataset
-
-    if max_chars is not None and max_chars < 1:
-        raise KamalError(f"--max-chars must be at least 1 (got {max_chars})")
-    with app.writer() as store:
-        dataset, notes = register_dataset(
-            app.workspace, store, path, name=name, text_column=text_column, label_column=label_column, role=role,
-            data_format=data_format, tokens_column=tokens_column, tags_column=tags_column, max_chars=max_chars,
-            skip_unlabelled=skip_unlabelled,
-        )
-    for message in notes:
-        note(message)
+    dataset = app.api().add_data(path, name=name, text_column=text_column, label_column=label_column, role=role,
+                                 data_format=data_format, tokens_column=tokens_column, tags_column=tags_column,
+                                 max_chars=max_chars, skip_unlabelled=skip_unlabelled)
     if dataset.task == "token":
         from kamalcli.data.tokens import entity_types
 

@@ -103,33 +103,8 @@ reprobe_option = click.option(
 
 def train_settings(app: App, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings=None,
                    default_epochs: int | None = None, fit: str | None = None) -> dict:
-    """default_epochs None: the step budget with early stopping unless --epochs (or kamal.toml) says otherwise."""
-    from kamalcli.train.embeddings import check_mode
-
-    from kamalcli.train.head import check_fit
-
-    embeddings = app.setting("train", "embeddings", embeddings)
-    check_mode(embeddings)  # before any probe or model is loaded
-    fit = app.setting("train", "fit", fit)
-    check_fit(fit)
-    return {
-        # --steps on the command line beats an `epochs` in kamal.toml; --epochs beats both
-        "epochs": epochs if epochs is not None or steps is not None else app.setting("train", "epochs", None,
-                                                                                      default_epochs),
-        "steps": app.setting("train", "steps", steps),
-        "eval_every": app.setting("train", "eval_every"),
-        "patience": app.setting("train", "patience"),
-        "batch_size": app.setting("train", "batch_size", batch_size),
-        "lr": float(app.setting("train", "lr", lr)),
-        "max_length": app.setting("train", "max_length", max_length),
-        "warmup": float(app.setting("train", "warmup")),
-        "weight_decay": float(app.setting("train", "weight_decay")),
-        "grad_clip": float(app.setting("train", "grad_clip")),
-        "seed": app.setting("workspace", "seed", seed),
-        "checkpoint_every": app.setting("train", "checkpoint_every", checkpoint_every),
-        "embeddings": embeddings,
-        "fit": fit,
-    }
+    return app.train_settings(epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings,
+                              default_epochs, fit)
 
 
 def mc_exact_option(f):
@@ -138,11 +113,4 @@ def mc_exact_option(f):
 
 
 def probe_settings(app: App, mc_samples: int | None = None, mc_exact: bool | None = None) -> dict:
-    return {
-        "mc_samples": app.setting("probe", "mc_samples", mc_samples),
-        "mc_exact": bool(app.setting("probe", "mc_exact", mc_exact)),
-        "dropout": app.setting("probe", "dropout"),
-        "max_length": app.setting("probe", "max_length"),
-        "layers": "default",
-        "seed": app.setting("workspace", "seed"),
-    }
+    return app.probe_settings(mc_samples, mc_exact)

@@ -36,31 +36,13 @@ from kamalcli.settings import PROBE, shown
 def probe(app: App, teacher_names, data_names, mc_samples, dropout, rmd, rmd_fit, rmd_layers, batch_size,
           max_length, device, mc_mode, mc_exact, seed, backend) -> None:
     """Measure every teacher on every dataset once: MC-dropout uncertainty, ECE, RMD, selection."""
-    from kamalcli.probe.service import ProbeRequest, generated_against_real_line, probe_workspace
-    from kamalcli.recipe.recipe import probe_score
+    from kamalcli.probe.service import generated_against_real_line
 
-    request = ProbeRequest(
-        mc_samples=app.setting("probe", "mc_samples", mc_samples),
-        dropout=app.setting("probe", "dropout", dropout),
-        max_length=app.setting("probe", "max_length", max_length),
-        layers=rmd_layers or "default",
-        seed=app.setting("workspace", "seed", seed),
-        mc_exact=bool(app.setting("probe", "mc_exact", mc_exact)),
-    )
-    use_rmd = app.setting("probe", "rmd", rmd)
-    batch = app.setting("probe", "batch_size", batch_size)
-    if batch < 1:
+    if app.setting("probe", "batch_size", batch_size) < 1:
         raise click.BadParameter("must be at least 1", param_hint="--batch-size")
-    with app.job(app.device(device), backend) as store:
-        for t in teacher_names:
-            store.teacher(t)
-        for d in data_names:
-            store.dataset(d)
-        summary = probe_workspace(
-            app.workspace, store, request, teacher_names=teacher_names, dataset_names=data_names,
-            rmd=use_rmd, rmd_fit=rmd_fit, device=app.device(device),
-            batch_size=batch, mode=mc_mode, say=note, decide_score=probe_score,
-        )
+    summary = app.api().probe(teachers=teacher_names, data=data_names, mc_samples=mc_samples, dropout=dropout, rmd=rmd,
+                              rmd_fit=rmd_fit, rmd_layers=rmd_layers, batch_size=batch_size, max_length=max_length,
+                              device=device, mc_mode=mc_mode, mc_exact=mc_exact, seed=seed, backend=backend)
     _probed(summary)
     for name, result in summary["selection"].items():
         _selection_table(name, result)
@@ -114,19 +96,16 @@ def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
     from kamalcli.errors import KamalError
     from kamalcli.probe.teacher_weights import stale_probe_lines
 
-    with app.reader() as store:
-        stale = stale_probe_lines(store.teachers())
-    for line in stale:
-        note(line)
     if html_path is not None:
+        with app.reader() as store:
+            stale = stale_probe_lines(store.teachers())
+        for line in stale:
+            note(line)
         _html_report(app, html_path, as_json, force)
         return
     if force:
         raise KamalError("--force applies to --html only")
-    from kamalcli.report.gather import text_report
-
-    with app.reader() as store:
-        gathered = text_report(store, app.workspace, default_student_options())
+    gathered = app.api().report()
     if as_json:
         emit_json(gathered)
         return

@@ -6,9 +6,9 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.options import (LazyHelpOption, distributed_options, mc_exact_option, probe_settings, reprobe_option,
-                                  train_options, train_settings, trained_methods, verbose_option)
-from kamalcli.cli.render import emit_json, json_option, note, pct, table
+from kamalcli.cli.options import (LazyHelpOption, distributed_options, mc_exact_option, reprobe_option,
+                                  train_options, trained_methods, verbose_option)
+from kamalcli.cli.render import emit_json, json_option, pct, table
 from kamalcli.errors import KamalError
 from kamalcli.settings import PROBE, shown
 
@@ -64,32 +64,22 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
                mc_samples, rmd_fit, gold, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
                embeddings, fit, device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
-    from kamalcli.students import amalgamate as service
-
     if resume:
         given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base), ("--init", init),
                                 ("--gold", gold), ("--option", options), ("--mc-samples", mc_samples), ("--fit", fit),
                                 ("--mc-exact/--mc-adaptive", mc_exact is not None)) if v]
         if given:
             raise KamalError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
-        with app.job(app.device(device), backend) as store:
-            student = service.resume(app.workspace, store, resume, say=note, detail=app.detail)
-        _trained(student)
+        _trained(app.api().resume(resume, device=device, backend=backend))
         return
     if not method:
         raise KamalError("choose a method with --method (see `kamal methods`)")
-    request = service.AmalgamateRequest(
-        method=method, options=list(options),
-        student=student_base or app.workspace.setting("train", "student"),
-        student_layers=student_layers, init=init, name=name, teachers=list(teacher_names), data=data,
-        select_by=select_by or app.workspace.setting("train", "select_by"), rmd_fit=rmd_fit,
-        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, fit=fit),
-        probe=probe_settings(app, mc_samples, mc_exact), probe_given=_probe_given(mc_samples, mc_exact),
-        device=app.device(device), reprobe=reprobe, gold=gold,
-    )
-    with app.job(app.device(device), backend) as store:
-        student = service.amalgamate(app.workspace, store, request, say=note, detail=app.detail)
-    _trained(student)
+    _trained(app.api().amalgamate(
+        method, name=name, student=student_base, student_layers=student_layers, init=init, options=options,
+        teachers=teacher_names, data=data, select_by=select_by, mc_samples=mc_samples, rmd_fit=rmd_fit, gold=gold,
+        reprobe=reprobe, mc_exact=mc_exact, device=device, backend=backend, epochs=epochs, steps=steps,
+        batch_size=batch_size, lr=lr, max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
+        embeddings=embeddings, fit=fit))
 
 
 @click.command()
@@ -111,25 +101,11 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
 def extend(app: App, student_name, teacher_names, name, method, options, data, select_by, mc_samples, refine,
            reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, fit, device, backend) -> None:
     """Grow a student with newly released teachers: old label ids stay, new labels are appended."""
-    from kamalcli.students import amalgamate as service
-    from kamalcli.students.extend import extend as run_extend
-
-    base = service.AmalgamateRequest(
-        method=method or "", options=list(options), name=name, data=data,
-        select_by=select_by or app.workspace.setting("train", "select_by"),
-        train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings, fit=fit),
-        probe=probe_settings(app, mc_samples, mc_exact), probe_given=_probe_given(mc_samples, mc_exact),
-        device=app.device(device), reprobe=reprobe,
-    )
-    with app.job(app.device(device), backend) as store:
-        student = run_extend(app.workspace, store, base, student_name=student_name,
-                             teacher_names=list(teacher_names), refine=refine, say=note, detail=app.detail)
-    _trained(student)
-
-
-def _probe_given(mc_samples, mc_exact) -> list[str]:
-    """The probe settings named on the command line: a cached probe must match them (probe/choice.py)."""
-    return [name for name, value in (("mc_samples", mc_samples), ("mc_exact", mc_exact)) if value is not None]
+    _trained(app.api().extend(
+        student_name, teacher_names, name=name, method=method, options=options, data=data, select_by=select_by,
+        mc_samples=mc_samples, refine=refine, reprobe=reprobe, mc_exact=mc_exact, device=device, backend=backend,
+        epochs=epochs, steps=steps, batch_size=batch_size, lr=lr, max_length=max_length, seed=seed,
+        checkpoint_every=checkpoint_every, embeddings=embeddings, fit=fit))
 
 
 def _trained(student) -> None:
@@ -209,42 +185,27 @@ def _trust_cell(student) -> str:
 @click.option("--data", "data_name", required=True, metavar="NAME", help="A labelled dataset.")
 @click.option("--baseline", help="Instead of a student (no training): ensemble, teacher:NAME, merge[:METHOD] "
                                  "(the teachers' encoders merged from their base: task-arithmetic, the default, "
-                                 "ties or average; each teacher's head on the merged encoder), or zero-shot (no "
-                                 "teacher: each text's nearest label name in a sentence encoder).")
+                                 "ties or average; each teacher's head on the merged encoder), zero-shot (no "
+                                 "teacher: each text's nearest label name in a sentence encoder), or prior:DATA (no "
+                                 "teacher: the nearest class prototype of DATA's labelled rows, e.g. generated text, "
+                                 "in that encoder).")
 @click.option("--teacher", "teacher_names", multiple=True, metavar="NAME",
               help="With --baseline ensemble or merge: only these teachers (default: every teacher of the data's "
                    "task).")
 @click.option("--base", metavar="NAME|FOLDER",
               help="With --baseline merge: the pretrained base the teachers were fine-tuned from (default: the one "
-                   "their kamal.json records); with zero-shot: the sentence encoder (default minilm-l6).")
+                   "their kamal.json records); with zero-shot or prior:DATA: the sentence encoder (default minilm-l6).")
 @click.option("--device", help="cpu, cuda or auto.")
 @json_option
 @pass_app
 def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, base, device, as_json) -> None:
     """Accuracy, macro-F1, per-class F1 and the confusion matrix of a student (or baseline)."""
-    from kamalcli.students.evaluate import baseline_name, canonical_baseline, evaluate_baseline, evaluate_student
+    from kamalcli.students.evaluate import baseline_name, canonical_baseline
 
-    if student_name is None and baseline is None:
-        raise KamalError("say what to evaluate: a STUDENT, or --baseline ensemble, teacher:NAME, merge or zero-shot")
-    if student_name is not None and baseline is not None:
-        raise KamalError("give a STUDENT or --baseline (ensemble, teacher:NAME, merge, zero-shot), not both")
-    if teacher_names and baseline is None:
-        raise KamalError("--teacher picks the members of --baseline ensemble; a student has its own teachers")
-    if base and baseline is None:
-        raise KamalError("--base names the base of --baseline merge or zero-shot; a student has its own")
-    device = app.device(device)
-    with app.writer() as store:
-        dataset = store.dataset(data_name)
-        store.claim_inputs(datasets=[dataset])
-        if baseline:
-            metrics = evaluate_baseline(app.workspace, store, baseline, dataset, device=device,
-                                        max_length=app.workspace.setting("probe", "max_length"),
-                                        teacher_names=teacher_names, base=base, say=note)
-            subject = f"baseline {baseline_name(canonical_baseline(baseline), teacher_names)}"
-        else:
-            student = store.student(student_name)
-            metrics = evaluate_student(store, student, dataset, device=device)
-            subject = f"student {student.name}"
+    metrics = app.api().evaluate(student_name, data=data_name, baseline=baseline, teachers=teacher_names, base=base,
+                                 device=device)
+    subject = (f"baseline {baseline_name(canonical_baseline(baseline), teacher_names)}" if baseline
+               else f"student {student_name}")
     if as_json:
         emit_json(metrics)
         return
@@ -299,18 +260,12 @@ def _entity_table(subject: str, data_name: str, metrics: dict) -> None:
 def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> None:
     """Classify texts with a student (a token student prints the entities it finds): one result per text or
     line, in order; a blank line gets a row that says it was not classified."""
-    from kamalcli.students.predict import gather_texts, predict_rows
+    from kamalcli.students.predict import gather_texts
 
-    all_texts = gather_texts(texts, file)
-    with app.reader() as store:
-        student = store.student(student_name)
-        export = store.latest_export(student.id) if onnx else None
-    if onnx and export is None:
-        raise KamalError(f"student {student_name} has no ONNX export yet: run `kamal export {student_name} --onnx`")
-    rows = predict_rows(student, all_texts, export=export, device=app.device(device), top=top)
+    rows = app.api().predict(student_name, gather_texts(texts, file), onnx=onnx, top=top, device=device)
     if as_json:
         emit_json(rows)
-    elif student.task == "token":
+    elif any("entities" in r for r in rows):
         _print_entities(rows)
     else:
         _print_labels(rows)

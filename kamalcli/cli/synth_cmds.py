@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.render import emit_json, json_option, note, table
-from kamalcli.synth.synthesize import LATER_CANDIDATES
+from kamalcli.cli.render import emit_json, json_option, table
+from kamalcli.synth.synthesize import SynthesisRequest
+
+_default = SynthesisRequest.default
 
 
 @click.command("synthesize")
@@ -20,28 +22,29 @@ from kamalcli.synth.synthesize import LATER_CANDIDATES
               help="Prompt with {label} for the class name (repeatable: rows take them in turn). Name what your "
                    "texts are ('Write a one-sentence description of a Debian package about {label}.'): text in the "
                    "teachers' domain fits their RMD far better. Default: 'Write a short text about {label}.'")
-@click.option("--strength", "--lambda", "strength", type=float, default=3.0, show_default=True,
+@click.option("--strength", "--lambda", "strength", type=float, default=_default("strength"), show_default=True,
               help="lambda: weight of the teacher's log p(class) against the LM's (0: plain, unsteered generation).")
-@click.option("--top-m", type=int, default=20, show_default=True, help="The LM's top-m tokens kept per step (the paper: 200).")
-@click.option("--top-p", type=float, default=0.9, show_default=True, help="Nucleus threshold (the paper: 0.9).")
-@click.option("--max-new-tokens", type=int, default=32, show_default=True, help="Tokens per text at most.")
-@click.option("--steer", "mode", type=click.Choice(["token", "chunk"]), default="chunk", show_default=True,
+@click.option("--top-m", type=int, default=_default("top_m"), show_default=True,
+              help="The LM's top-m tokens kept per step (the paper: 200).")
+@click.option("--top-p", type=float, default=_default("top_p"), show_default=True, help="Nucleus threshold (the paper: 0.9).")
+@click.option("--max-new-tokens", type=int, default=_default("max_new_tokens"), show_default=True, help="Tokens per text at most.")
+@click.option("--steer", "mode", type=click.Choice(["token", "chunk"]), default=_default("mode"), show_default=True,
               help="chunk: kamal's re-ranking of short continuations (the teacher runs once per chunk; measured "
                    "1.3x faster on a CPU, as faithful); token: the paper's rescoring of every token.")
-@click.option("--chunk-tokens", type=int, default=8, show_default=True, help="chunk steering: tokens per chunk.")
-@click.option("--chunk-candidates", type=int, default=8, show_default=True,
+@click.option("--chunk-tokens", type=int, default=_default("chunk_tokens"), show_default=True, help="chunk steering: tokens per chunk.")
+@click.option("--chunk-candidates", type=int, default=_default("chunk_candidates"), show_default=True,
               help="chunk steering: continuations drawn for a text's first chunk, which sets what it is about.")
-@click.option("--later-candidates", type=int, default=LATER_CANDIDATES, show_default=True,
+@click.option("--later-candidates", type=int, default=_default("later_candidates"), show_default=True,
               help="chunk steering: continuations drawn for each later chunk. Fewer are faster; 1 runs the LM "
                    "alone after the first chunk (no teacher asked), and texts drift off their class.")
-@click.option("--contrast/--no-contrast", default=True, show_default=True,
+@click.option("--contrast/--no-contrast", default=_default("contrast"), show_default=True,
               help="Steer by p(class) under the teachers' ensemble (softmax over every teacher's logits), so a text "
                    "must also look like nothing another teacher knows better; --no-contrast: the steering teacher's "
                    "own p(class), as the paper (the same with one teacher).")
-@click.option("--min-steering-p", type=float, default=0.0, show_default=True,
+@click.option("--min-steering-p", type=float, default=_default("min_steering_p"), show_default=True,
               help="Drop the rows whose steering teacher gives their class less than this (0: keep every row; "
                    "kamal names the rows under 0.5 either way).")
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Prompts generated together.")
+@click.option("--batch-size", type=int, default=_default("batch_size"), show_default=True, help="Prompts generated together.")
 @click.option("--seed", type=int, help="Seed (default: the workspace seed); the same seed gives the same texts.")
 @click.option("--device", help="cpu, cuda or auto.")
 @json_option
@@ -54,24 +57,15 @@ def synthesize(app: App, per_class, name, lm, teacher_names, prompts, strength, 
     The result is a dataset (label = the class a text was steered to) with its provenance and
     label-free quality figures; Ctrl-C keeps the batches written, the same command continues.
     """
-    from kamalcli.models.bases import DEFAULT_LM
-    from kamalcli.synth.synthesize import DEFAULT_PROMPT, SynthesisRequest, synthesize as run_synthesis
-
-    request = SynthesisRequest(
-        name=name, per_class=per_class, lm=DEFAULT_LM if lm is None else lm, teachers=tuple(teacher_names),
-        prompts=tuple(prompts) or (DEFAULT_PROMPT,), strength=strength, top_m=top_m, top_p=top_p,
-        max_new_tokens=max_new_tokens, mode=mode, chunk_tokens=chunk_tokens, chunk_candidates=chunk_candidates,
-        later_candidates=later_candidates, batch_size=batch_size, seed=app.setting("workspace", "seed", seed),
-        contrast=contrast, min_steering_p=min_steering_p,
-        device=app.device(device),
-    )
-    request.check()  # before taking the lock or loading anything
-    with app.writer() as store:
-        try:
-            dataset, quality = run_synthesis(app.workspace, store, request, say=note)
-        except KeyboardInterrupt as e:
-            e.reason = f"the batches written so far are kept; `kamal synthesize` with the same settings continues {name}"
-            raise
+    try:
+        dataset, quality = app.api().synthesize(
+            name, per_class=per_class, lm=lm, teachers=tuple(teacher_names), prompts=tuple(prompts), seed=seed,
+            device=device, strength=strength, top_m=top_m, top_p=top_p, max_new_tokens=max_new_tokens, mode=mode,
+            chunk_tokens=chunk_tokens, chunk_candidates=chunk_candidates, later_candidates=later_candidates,
+            batch_size=batch_size, contrast=contrast, min_steering_p=min_steering_p)
+    except KeyboardInterrupt as e:
+        e.reason = f"the batches written so far are kept; `kamal synthesize` with the same settings continues {name}"
+        raise
     if as_json:
         emit_json(dataset.as_json())
         return

@@ -19,14 +19,8 @@ from kamalcli.names import split_labels
 @pass_app
 def add_teacher(app: App, source: str, name: str | None, labels: str | None, copy: bool) -> None:
     """Register a fine-tuned classifier (a local Hugging Face folder) as a teacher."""
-    from kamalcli.teachers.register import register_teacher
-
     label_list = split_labels(labels) if labels is not None else None
-    with app.writer() as store:
-        added = register_teacher(app.workspace, store, source, name=name, labels=label_list, copy=copy)
-    teacher, messages = added
-    for message in messages:
-        note(message)
+    teacher = app.api().add_teacher(source, name=name, labels=label_list, copy=copy)
     click.echo(
         f"Added teacher {teacher.name}: {len(teacher.labels)} labels ({', '.join(teacher.labels)}); "
         f"{teacher.model_type}, {teacher.num_layers} layers, hidden {teacher.hidden_size}; "

@@ -59,32 +59,20 @@ def _transfer_data(store, student):
 def calibrate(app: App, student_name, data_name, coverage, device, as_json) -> None:
     """Prediction sets with a guarantee (split conformal): after this, `kamal predict --json` adds `set`, the
     labels that hold the true one with probability COVERAGE, and `kamal eval` reports coverage and set size."""
-    from kamalcli.students.trust import calibrate_student
-    from kamalcli.trust.conformal import check_coverage, coverage_spread
-
-    check_coverage(coverage)
-    device = app.device(device)
-    with app.writer() as store:
-        student = store.student(student_name)
-        dataset = store.dataset(data_name)
-        store.claim("student", student.name, exclusive=True)
-        store.claim_inputs(datasets=[dataset])
-        calibration, notes = calibrate_student(store, student, dataset, coverage=coverage, device=device)
-    spread = {rows: coverage_spread(rows, calibration.coverage) for rows in (calibration.rows, 10 * calibration.rows)}
+    found = app.api().calibrate(student_name, data=data_name, coverage=coverage, device=device)
     if as_json:
-        low_high = spread[calibration.rows]
-        emit_json({"student": student.name, **calibration.as_json(), "notes": notes,
-                   "coverage_spread": {"level": 0.9, "low": low_high[0], "high": low_high[1]} if low_high else None})
+        emit_json({key: value for key, value in found.items() if key != "coverage_spread_10x"})
         return
-    for line in notes:
+    for line in found["notes"]:
         click.echo(line)
-    click.echo(f"student {student.name}: calibrated on {calibration.rows} rows of {calibration.data} for coverage "
-               f"{calibration.coverage:g} (a label is in the set when its probability is at least "
-               f"{max(0.0, 1 - calibration.threshold):.4g}).")
-    if spread[calibration.rows]:
-        (low, high), (low10, high10) = spread[calibration.rows], spread[10 * calibration.rows]
-        click.echo(f"That is the mean over calibration draws: with {calibration.rows:,} rows one draw's coverage lies in "
-                   f"{pct(low)}-{pct(high)}% nine times in ten ({10 * calibration.rows:,} rows: {pct(low10)}-{pct(high10)}%).")
+    click.echo(f"student {found['student']}: calibrated on {found['rows']} rows of {found['data']} for coverage "
+               f"{found['coverage']:g} (a label is in the set when its probability is at least "
+               f"{max(0.0, 1 - found['threshold']):.4g}).")
+    if found["coverage_spread"]:
+        spread, (low10, high10), rows = found["coverage_spread"], found["coverage_spread_10x"], found["rows"]
+        click.echo(f"That is the mean over calibration draws: with {rows:,} rows one draw's coverage lies in "
+                   f"{pct(spread['low'])}-{pct(spread['high'])}% nine times in ten ({10 * rows:,} rows: "
+                   f"{pct(low10)}-{pct(high10)}%).")
 
 
 @click.command("label-queue")

@@ -13,11 +13,9 @@ from kamalcli.cli.render import emit_json, json_option, note, table
 @click.option("--force", is_flag=True, help="Start afresh over an existing workspace; its old state is moved aside, not deleted.")
 def init(path: str, force: bool) -> None:
     """Make a workspace in PATH (default: here): kamal.toml, database, artifact folders."""
-    from kamalcli.workspace.folder import init_workspace
+    from kamalcli.api import init as init_workspace
 
-    ws, backup = init_workspace(path, force=force)
-    if backup:
-        note(f"The previous workspace state was moved to {backup}")
+    ws = init_workspace(path, force=force, say=note).session.workspace
     click.echo(f"Initialised a kamal workspace in {ws.root}")
     click.echo(f"  config:   {ws.config_path}")
     click.echo(f"  database: {ws.db_path}")

@@ -34,25 +34,30 @@ MAX_PER_CLASS = 100_000  # texts per class of each teacher: already days of gene
 
 @dataclass(frozen=True)
 class SynthesisRequest:
+    """`kamal synthesize`'s settings; the defaults here are the command's (its options read them)."""
     name: str
     per_class: int
     lm: str
     teachers: tuple[str, ...]          # empty: every registered teacher
     prompts: tuple[str, ...]
-    strength: float
-    top_m: int
-    top_p: float
-    max_new_tokens: int
-    mode: str
-    chunk_tokens: int
-    chunk_candidates: int
-    batch_size: int
     seed: int
+    strength: float = 3.0              # lambda: the teacher's log p(class) against the LM's
+    top_m: int = 20
+    top_p: float = 0.9
+    max_new_tokens: int = 32
+    mode: str = "chunk"
+    chunk_tokens: int = 8
+    chunk_candidates: int = 8
+    batch_size: int = 8
     teacher_max_length: int = 128
     later_candidates: int = LATER_CANDIDATES  # chunk steering: candidates for a text's later chunks
     contrast: bool = True              # steer by the teachers' ensemble p(class), not the steering teacher's alone
     min_steering_p: float = 0.0        # drop rows whose steering teacher gives their class less (0: keep every row)
     device: str = "auto"
+
+    @classmethod
+    def default(cls, field_name: str):
+        return cls.__dataclass_fields__[field_name].default
 
     def check(self) -> None:
         problems = [
