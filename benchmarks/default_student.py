@@ -57,6 +57,7 @@ class Setting:
     prompt: str | None = DOMAIN_PROMPT                       # synthesize --prompt (None: kamal's own)
     role: str = "tune"                                       # tune: rules were chosen on it; confirm: never looked at
     head_reference: Callable[[Bench, int], dict] | None = None  # seed -> a head on frozen vectors of the pool's gold
+    methods: tuple[str, ...] = tuple(r[0] for r in ROWS)     # the ROWS it trains (their labels)
 
 
 def topics(source_key: str, key: str, teachers: dict) -> Setting:
@@ -97,7 +98,7 @@ def corpus_setting(corpus: str, teachers: dict, role: str) -> Setting:
                    lambda bench: {"test": part(bench, "test")},
                    lambda bench, protocol, seed: {"test": supervised(bench, protocol, seed, ws=reference_workspace(
                        bench), rows=part(bench, "pool" if protocol == "realistic" else "teachers"))},
-                   prompt=None, role=role,
+                   prompt=None, role=role, methods=tuple(r[0] for r in ROWS if "--init" not in r[3]),
                    head_reference=lambda bench, seed: supervised(bench, "realistic", seed, head=True, ws=reference_workspace(
                        bench), rows=part(bench, "pool")))
 
@@ -300,7 +301,8 @@ def generated_and_probed(bench: Bench, setting: Setting, ws: Workspace) -> None:
 
 def run_setting(bench: Bench, setting: Setting, protocols: list[str]) -> dict:
     ws = student_workspace(bench, setting)
-    wanted = {_name(p, label) + f"-s{seed}" for p in protocols for label, *_ in ROWS for seed in bench.seeds}
+    rows = [r for r in ROWS if r[0] in setting.methods]
+    wanted = {_name(p, label) + f"-s{seed}" for p in protocols for label, *_ in rows for seed in bench.seeds}
     if wanted - {s["name"] for s in ws.json("students")}:
         withdraw_labelled(bench, setting, ws)
     tests = list(setting.tests(bench))
@@ -311,7 +313,7 @@ def run_setting(bench: Bench, setting: Setting, protocols: list[str]) -> dict:
                                                        seed, options, base=setting.base, data=PROTOCOLS[protocol][0],
                                                        extra=(*extra, *setting.student), default_budget=True)
                                    for seed in bench.seeds]
-               for protocol in protocols for label, method, options, extra in ROWS}
+               for protocol in protocols for label, method, options, extra in rows}
     labelled_afterwards(bench, setting, ws)
     fixed = _fixed(ws, setting.teachers, tests)
     figures = {"fixed": {label: by_test[tests[0]] for label, by_test in fixed.items()},
@@ -377,7 +379,8 @@ def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -
     order = [k for k in fixed if k.startswith("teacher ")] + ["ensemble"] + [f"merge: {m}" for m in MERGES]
     order += [label for label, _ in PEERS if label in fixed]
     rows += [[label, *_cells(_summary(fixed[label])) * len(protocols)] for label in order]
-    rows += [[label, *[c for p in protocols for c in _cells(figures["students"][p][label])]] for label, *_ in ROWS]
+    rows += [[label, *[c for p in protocols for c in _cells(figures["students"][p].get(label))]] for label, *_ in ROWS
+             if label in figures["students"][protocols[0]]]
     by_data = {}
     for s in figures["selection"]:
         if s["score"].startswith("auto"):  # the report's pick now that labelled data is there, not the students'
@@ -392,7 +395,7 @@ def section(title: str, seeds: list[int], protocols: list[str], figures: dict) -
     verdicts = [_verdict(p, figures) for p in protocols]
     kept = "; ".join(f"{PROTOCOLS[p][2]}, {label}: {'/'.join(map(str, f['best_step']))} of "
                      f"{'/'.join(map(str, f['steps']))}" for p in protocols for label, *_ in ROWS
-                     for f in [figures["students"][p][label]])
+                     if label in figures["students"][p] for f in [figures["students"][p][label]])
     role = f"{figures['role']} setting; " if "role" in figures else ""
     return (f"**{title}** ({role}{_seeds(seeds, figures)}; {_rate(figures)})\n\n" + markdown(headers, rows)
             + _per_test_table(protocols, figures, order) + "\n\nTargets. " + "; ".join(verdicts) + "."
@@ -405,6 +408,7 @@ def _verdict(protocol: str, figures: dict) -> str:
     and against the stronger supervised reference (>= -5 on the confirm mean)."""
     students = figures["students"][protocol]
     peers = [{k: students[label][k]["mean"] for k in ("accuracy", "macro_f1")} for label, *_ in ROWS if label != DEFAULT
+             and label in students
              and "init" not in label] + [m for label, m in figures["fixed"].items() if m is not None
                                          and not label.startswith("teacher ")]
     default = {k: students[DEFAULT][k]["mean"] for k in ("accuracy", "macro_f1")}
@@ -429,7 +433,8 @@ def _per_test_table(protocols: list[str], figures: dict, fixed_order: list[str])
     rows = [["supervised on the transfer set's gold labels, same budget",
              *[c for p in protocols for c in cells(figures["supervised"][p]["per_test"])]]]
     rows += [[label, *cells(figures["fixed_per_test"][label]) * len(protocols)] for label in fixed_order]
-    rows += [[label, *[c for p in protocols for c in cells(figures["students"][p][label]["per_test"])]] for label, *_ in ROWS]
+    rows += [[label, *[c for p in protocols for c in cells(figures["students"][p][label]["per_test"])]] for label, *_ in ROWS
+             if label in figures["students"][protocols[0]]]
     headers = ["accuracy % per test set"] + [f"{PROTOCOLS[p][2]}: {t}" for p in protocols for t in tests]
     return "\n\n" + markdown(headers, rows)
 
