@@ -112,6 +112,26 @@ class Workspace:
         with self.session.writer() as store:
             return synthesize(self.session.workspace, store, request, say=self.say)
 
+    def train_teacher(self, data: str, labels: list[str], name: str, *, base: str | None = None,
+                      base_layers: int | None = None, device: str | None = None, backend: str | None = None, **train):
+        """`kamal train-teacher`: a classifier fine-tuned on a labelled dataset's rows of these labels, registered;
+        (the Teacher, its training figures). train: as amalgamate's; one epoch unless epochs or steps."""
+        from kamalcli.teachers.train import TeacherRequest, train_teacher
+
+        request = TeacherRequest(data=data, labels=list(labels), name=name,
+                                 base=base or self.session.workspace.setting("train", "student"),
+                                 base_layers=base_layers, train=self._train(train, default_epochs=1),
+                                 device=self.session.device(device))
+        with self.session.job(self.session.device(device), backend) as store:
+            return train_teacher(self.session.workspace, store, request, say=self.say)
+
+    def resume_teacher(self, name: str, *, device: str | None = None, backend: str | None = None):
+        """`kamal train-teacher --resume NAME`: (the Teacher, its training figures)."""
+        from kamalcli.teachers.train import resume_teacher
+
+        with self.session.job(self.session.device(device), backend) as store:
+            return resume_teacher(self.session.workspace, store, name, say=self.say)
+
     # -- probing and training ----------------------------------------------------------------------------------
 
     def probe(self, *, teachers: tuple[str, ...] = (), data: tuple[str, ...] = (), mc_samples: int | None = None,
@@ -195,17 +215,21 @@ class Workspace:
     def _request(self, method, options, name, data, select_by, mc_samples, mc_exact, device, reprobe, train, **more):
         from kamalcli.students.amalgamate import AmalgamateRequest
 
-        unknown = set(train) - TRAIN_KEYWORDS
-        if unknown:
-            raise KamalError(f"no training setting {', '.join(sorted(unknown))} (known: {', '.join(sorted(TRAIN_KEYWORDS))})")
         s = self.session
-        given = {key: train.get(key) for key in TRAIN_KEYWORDS}
         return AmalgamateRequest(
             method=method, options=_options(options), name=name, data=data,
-            select_by=select_by or s.workspace.setting("train", "select_by"), train=s.train_settings(**given),
+            select_by=select_by or s.workspace.setting("train", "select_by"), train=self._train(train),
             probe=s.probe_settings(mc_samples, mc_exact),
             probe_given=[key for key, value in (("mc_samples", mc_samples), ("mc_exact", mc_exact)) if value is not None],
             device=s.device(device), reprobe=reprobe, **more)
+
+    def _train(self, train: dict, default_epochs: int | None = None) -> dict:
+        """The training settings (kamal.toml and defaults under the given ones); an unknown name refused."""
+        unknown = set(train) - TRAIN_KEYWORDS
+        if unknown:
+            raise KamalError(f"no training setting {', '.join(sorted(unknown))} (known: {', '.join(sorted(TRAIN_KEYWORDS))})")
+        return self.session.train_settings(**{key: train.get(key) for key in TRAIN_KEYWORDS},
+                                           default_epochs=default_epochs)
 
     # -- using a student ---------------------------------------------------------------------------------------
 
@@ -250,6 +274,24 @@ class Workspace:
         if onnx and export is None:
             raise KamalError(f"student {student} has no ONNX export yet: run `kamal export {student} --onnx`")
         return predict_rows(found, texts, export=export, device=self.session.device(device), top=top)
+
+    def label_queue(self, data: str, n: int, out: str | Path, *, student: str | None = None, force: bool = False,
+                    device: str | None = None) -> list[dict]:
+        """`kamal label-queue`: the n rows of data whose labels would help most, written to out (fill in `label`,
+        then add_data(out, name="gold", label_column="label") and amalgamate(..., gold="gold")); those rows."""
+        from kamalcli.students.label_queue import check_queue_file, queue_rows, write_queue
+
+        out = Path(out)
+        with self.session.writer() as store:  # teachers' outputs on the data are probed (K = 1) and cached when missing
+            check_queue_file(self.session.workspace, store, out, force)
+            dataset = store.dataset(data)
+            found = store.student(student) if student else None
+            store.claim_inputs(datasets=[dataset])
+            rows = queue_rows(self.session.workspace, store, dataset, n, student=found,
+                              max_length=self.session.workspace.setting("probe", "max_length"),
+                              device=self.session.device(device), say=self.say)
+        write_queue(rows, out, force=force)
+        return rows
 
     def calibrate(self, student: str, *, data: str, coverage: float = 0.9, device: str | None = None) -> dict:
         """`kamal calibrate --json`: the student's conformal threshold for this coverage, and the spread of one

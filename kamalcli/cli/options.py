@@ -101,16 +101,6 @@ reprobe_option = click.option(
     help="Probe the teachers again with these settings even though cached probes with other settings exist.")
 
 
-def train_settings(app: App, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings=None,
-                   default_epochs: int | None = None, fit: str | None = None) -> dict:
-    return app.train_settings(epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings,
-                              default_epochs, fit)
-
-
 def mc_exact_option(f):
     return click.option("--mc-exact/--mc-adaptive", default=None,
                         help="Confidences from the exact probe (K full passes) or the adaptive default one.")(f)
-
-
-def probe_settings(app: App, mc_samples: int | None = None, mc_exact: bool | None = None) -> dict:
-    return app.probe_settings(mc_samples, mc_exact)

@@ -7,7 +7,7 @@ import click
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, note, table
 from kamalcli.errors import KamalError
-from kamalcli.cli.options import distributed_options, train_options, train_settings
+from kamalcli.cli.options import distributed_options, train_options
 from kamalcli.names import split_labels
 
 
@@ -129,23 +129,15 @@ def train_teacher(app: App, data, labels, name, base, base_layers, resume, epoch
 
     Budget: one epoch, unless --epochs, or --steps for the step budget with early stopping on held-out rows.
     """
-    from kamalcli.teachers.train import TeacherRequest, resume_teacher, train_teacher as run_training
-
     if resume:
-        with app.job(app.device(device), backend) as store:
-            teacher, result = resume_teacher(app.workspace, store, resume, say=note)
+        teacher, result = app.api().resume_teacher(resume, device=device, backend=backend)
     else:
         if data is None or labels is None or name is None:
             raise KamalError("give DATA, --labels a,b,... and --name NAME (or --resume NAME)")
-        request = TeacherRequest(
-            data=data, labels=split_labels(labels), name=name,
-            base=base or app.workspace.setting("train", "student"), base_layers=base_layers,
-            train=train_settings(app, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every, embeddings,
-                                 default_epochs=1, fit=fit),
-            device=app.device(device),
-        )
-        with app.job(app.device(device), backend) as store:
-            teacher, result = run_training(app.workspace, store, request, say=note)
+        teacher, result = app.api().train_teacher(
+            data, split_labels(labels), name, base=base, base_layers=base_layers, device=device, backend=backend,
+            epochs=epochs, steps=steps, batch_size=batch_size, lr=lr, max_length=max_length, seed=seed,
+            checkpoint_every=checkpoint_every, embeddings=embeddings, fit=fit)
     held = _held_out_accuracy(result)
     if result.get("held_out_entity_f1") is not None:
         held = f"; held-out entity F1 {100 * result['held_out_entity_f1']:.1f}% on {result['held_out_rows']} sentences"

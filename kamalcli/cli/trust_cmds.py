@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from kamalcli.cli.app import App, pass_app
-from kamalcli.cli.render import emit_json, json_option, note, pct
+from kamalcli.cli.render import emit_json, json_option, pct
 from kamalcli.errors import KamalError
 
 
@@ -90,17 +90,7 @@ def label_queue(app: App, data_name, n, out, student_name, force, device, as_jso
     """The N rows whose labels would help most (the teachers disagree, the margin is small, the student is
     unsure), spread out, written to a file: fill in `label`, then `kamal add-data FILE --name gold
     --label-column label` and `kamal amalgamate ... --gold gold` or `kamal calibrate STUDENT --data gold`."""
-    from kamalcli.students.label_queue import check_queue_file, queue_rows, write_queue
-
-    device = app.device(device)
-    with app.writer() as store:  # teachers' outputs on the data are probed (K = 1) and cached when missing
-        check_queue_file(app.workspace, store, out, force)
-        dataset = store.dataset(data_name)
-        student = store.student(student_name) if student_name else None
-        store.claim_inputs(datasets=[dataset])
-        rows = queue_rows(app.workspace, store, dataset, n, student=student,
-                          max_length=app.workspace.setting("probe", "max_length"), device=device, say=note)
-    write_queue(rows, out, force=force)
+    rows = app.api().label_queue(data_name, n, out, student=student_name, force=force, device=device)
     if as_json:
         emit_json({"out": str(out), "rows": rows})
         return
