@@ -165,14 +165,20 @@ class Workspace:
     def report(self) -> dict:
         """`kamal report --json`: calibration and selection per teacher and dataset, and the recipe the next
         `amalgamate` with no options would follow."""
-        from kamalcli.methods import get_method
-        from kamalcli.probe.teacher_weights import stale_probe_lines
         from kamalcli.report.gather import text_report
 
+        self.say_stale_probes()
         with self.session.reader() as store:
-            for line in stale_probe_lines(store.teachers()):
-                self.say(line)
-            return text_report(store, self.session.workspace, get_method("muki-hard").parse([]))
+            return text_report(store, self.session.workspace, default_student_options())
+
+    def say_stale_probes(self) -> None:
+        """One line (to say) per teacher whose weights changed since its cached probes were made."""
+        from kamalcli.probe.teacher_weights import stale_probe_lines
+
+        with self.session.reader() as store:
+            lines = stale_probe_lines(store.teachers())
+        for line in lines:
+            self.say(line)
 
     def amalgamate(self, method: str = "muki-hard", *, name: str | None = None, student: str | None = None,
                    student_layers: int | None = None, init: str | None = None, options=(),
@@ -307,11 +313,9 @@ class Workspace:
             store.claim_inputs(datasets=[dataset])
             calibration, notes = calibrate_student(store, found, dataset, coverage=coverage,
                                                    device=self.session.device(device))
-        spread = {rows: coverage_spread(rows, calibration.coverage) for rows in (calibration.rows, 10 * calibration.rows)}
-        low_high = spread[calibration.rows]
+        spread = coverage_spread(calibration.rows, calibration.coverage)
         return {"student": found.name, **calibration.as_json(), "notes": notes,
-                "coverage_spread": {"level": 0.9, "low": low_high[0], "high": low_high[1]} if low_high else None,
-                "coverage_spread_10x": spread[10 * calibration.rows]}
+                "coverage_spread": {"level": 0.9, "low": spread[0], "high": spread[1]} if spread else None}
 
     def export(self, student: str, *, format: str = "onnx", quantize: str | None = None, out: str | None = None,
                force: bool = False, opset: int = 17) -> dict:
@@ -333,6 +337,13 @@ class Workspace:
         for message in result.notes:
             self.say(f"Note: {message}")
         return {**record.as_json(), "fused_ops": result.fused_op_counts, "warnings": result.warnings}
+
+
+def default_student_options():
+    """The options of kamal's default student (muki-hard, no options): the recipe `report` shows is theirs."""
+    from kamalcli.methods import get_method
+
+    return get_method("muki-hard").parse([])
 
 
 TRAIN_KEYWORDS = frozenset({"epochs", "steps", "batch_size", "lr", "max_length", "seed", "checkpoint_every",

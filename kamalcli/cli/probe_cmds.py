@@ -6,7 +6,7 @@ import click
 
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.options import distributed_options, verbose_option
-from kamalcli.cli.render import echo, emit_json, evidence, json_option, note, pct, table
+from kamalcli.cli.render import echo, emit_json, evidence, json_option, pct, table
 from kamalcli.settings import PROBE, shown
 
 
@@ -94,13 +94,9 @@ def _selection_table(dataset: str, result: dict) -> None:
 def report(app: App, as_json: bool, html_path: str | None, force: bool) -> None:
     """Probe results: uncertainty, calibration (ECE) in and out of domain, and selection quality."""
     from kamalcli.errors import KamalError
-    from kamalcli.probe.teacher_weights import stale_probe_lines
 
     if html_path is not None:
-        with app.reader() as store:
-            stale = stale_probe_lines(store.teachers())
-        for line in stale:
-            note(line)
+        app.api().say_stale_probes()
         _html_report(app, html_path, as_json, force)
         return
     if force:
@@ -211,14 +207,9 @@ def _policy_tables(policies: list[dict]) -> None:
             click.echo(f"  Its selected teacher owns the gold label: {listed}.")
 
 
-def default_student_options():
-    """The options of kamal's default student (muki-hard, no options): the recipe kamal report shows is theirs."""
-    from kamalcli.methods import get_method
-
-    return get_method("muki-hard").parse([])
-
-
 def _html_report(app: App, path: str, as_json: bool, force: bool) -> None:
+    from kamalcli.api.workspace import default_student_options
+
     from pathlib import Path
 
     from kamalcli.errors import KamalError

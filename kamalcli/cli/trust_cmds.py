@@ -61,7 +61,7 @@ def calibrate(app: App, student_name, data_name, coverage, device, as_json) -> N
     labels that hold the true one with probability COVERAGE, and `kamal eval` reports coverage and set size."""
     found = app.api().calibrate(student_name, data=data_name, coverage=coverage, device=device)
     if as_json:
-        emit_json({key: value for key, value in found.items() if key != "coverage_spread_10x"})
+        emit_json(found)
         return
     for line in found["notes"]:
         click.echo(line)
@@ -69,7 +69,10 @@ def calibrate(app: App, student_name, data_name, coverage, device, as_json) -> N
                f"{found['coverage']:g} (a label is in the set when its probability is at least "
                f"{max(0.0, 1 - found['threshold']):.4g}).")
     if found["coverage_spread"]:
-        spread, (low10, high10), rows = found["coverage_spread"], found["coverage_spread_10x"], found["rows"]
+        from kamalcli.trust.conformal import coverage_spread
+
+        spread, rows = found["coverage_spread"], found["rows"]
+        low10, high10 = coverage_spread(10 * rows, found["coverage"])  # what ten times the rows would buy
         click.echo(f"That is the mean over calibration draws: with {rows:,} rows one draw's coverage lies in "
                    f"{pct(spread['low'])}-{pct(spread['high'])}% nine times in ten ({10 * rows:,} rows: "
                    f"{pct(low10)}-{pct(high10)}%).")
