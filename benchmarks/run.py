@@ -41,7 +41,8 @@ def scenarios() -> dict:
     from ner import SCENARIOS as NER
     from scenarios import SCENARIOS
     from speed import demo_time, speed
-    return {**DEFAULT_STUDENT, **SCENARIOS, **NER, "speed": speed, "demo-time": demo_time}
+    from two_tasks import SCENARIOS as TWO_TASKS
+    return {**DEFAULT_STUDENT, **SCENARIOS, **NER, **TWO_TASKS, "speed": speed, "demo-time": demo_time}
 
 
 def result_for(name: str) -> Path | None:

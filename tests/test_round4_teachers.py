@@ -29,13 +29,13 @@ def multi_label(folder: Path) -> Path:
     return folder
 
 
-# round 4, item 1
-def test_a_multi_label_teacher_is_refused_at_add_teacher(kamal, assets, tmp_path):
+# round 4, item 1 (since issue 67 a multi-label teacher is added with a task of its own: tests/test_tasks.py)
+def test_a_multi_label_teacher_without_a_task_is_refused_at_add_teacher(kamal, assets, tmp_path):
     folder = multi_label(Path(shutil.copytree(assets["teacher_a"], tmp_path / "toxic")))
     before = kamal.db_snapshot()
     [line] = errors(kamal("add-teacher", folder, "--name", "toxic", code=2))
-    assert line == (f"Error: {folder} is multi-label (problem_type multi_label_classification, a sigmoid per label); "
-                    "kamal supports single-label teachers only, for now")
+    assert line == ("Error: toxic is multi-label (problem_type multi_label_classification, a sigmoid per label): give "
+                    "it a task of its own with --task NAME")
     assert kamal.db_snapshot() == before
 
 
@@ -49,8 +49,8 @@ def test_a_registered_multi_label_teacher_is_refused_by_probe_and_amalgamate(kam
     multi_label(folder)  # added by an older kamal, or its config rewritten since
     before = kamal.db_snapshot()
     [probe] = errors(kamal("probe", "--mc-samples", 1, "--no-rmd", "--max-length", 16, code=2))
-    assert probe == ("Error: teacher toxic is multi-label (problem_type multi_label_classification, a sigmoid per "
-                     "label); kamal supports single-label teachers only, for now")
+    assert probe == ("Error: teacher toxic is multi-label (problem_type multi_label_classification) but was added as "
+                     "single-label: remove it and add it again with a task of its own (--task NAME)")
     [amalgamate] = errors(kamal("amalgamate", "--method", "vanilla-kd", "--name", "s", "--mc-samples", 1,
                                 "--student", assets["encoder"], *SMALL, code=2))
     assert amalgamate == probe

@@ -63,13 +63,14 @@ class Workspace:
     # -- adding ------------------------------------------------------------------------------------------------
 
     def add_teacher(self, folder: str | Path, *, name: str | None = None, labels: list[str] | None = None,
-                    copy: bool = False):
-        """`kamal add-teacher`: a fine-tuned classifier folder, registered; the Teacher."""
+                    copy: bool = False, task: str | None = None):
+        """`kamal add-teacher`: a fine-tuned classifier folder, registered; the Teacher. task: the task it answers
+        (a head of its own in the student); None: the one shared task."""
         from kamalcli.teachers.register import register_teacher
 
         with self.session.writer() as store:
             teacher, notes = register_teacher(self.session.workspace, store, str(folder), name=name, labels=labels,
-                                              copy=copy)
+                                              copy=copy, task=task)
         for line in notes:
             self.say(line)
         return teacher
@@ -240,7 +241,8 @@ class Workspace:
     # -- using a student ---------------------------------------------------------------------------------------
 
     def evaluate(self, student: str | None = None, *, data: str, baseline: str | None = None,
-                 teachers: tuple[str, ...] = (), base: str | None = None, device: str | None = None) -> dict:
+                 teachers: tuple[str, ...] = (), base: str | None = None, device: str | None = None,
+                 task: str | None = None) -> dict:
         """`kamal eval`: accuracy, macro-F1, per-class figures of a student, or of a baseline (ensemble,
         teacher:NAME, merge[:METHOD], zero-shot, prior:DATA); the dict `kamal eval --json` prints."""
         from kamalcli.students.evaluate import evaluate_baseline, evaluate_student
@@ -253,6 +255,8 @@ class Workspace:
                              "not both")
         if teachers and baseline is None:
             raise KamalError("--teacher picks the members of --baseline ensemble; a student has its own teachers")
+        if task and baseline is not None:
+            raise KamalError("--task picks a task of a student; a baseline's teachers answer one task already")
         if base and baseline is None:
             raise KamalError("--base names the base of --baseline merge, zero-shot or prior:DATA; a student has its own")
         device = self.session.device(device)
@@ -263,7 +267,7 @@ class Workspace:
                 return evaluate_baseline(self.session.workspace, store, baseline, dataset, device=device,
                                          max_length=self.session.workspace.setting("probe", "max_length"),
                                          teacher_names=tuple(teachers), base=base, say=self.say)
-            return evaluate_student(store, store.student(student), dataset, device=device)
+            return evaluate_student(store, store.student(student), dataset, device=device, task=task)
 
     def predict(self, student: str, texts: list[str] | str, *, onnx: bool = False, top: int = 1,
                 device: str | None = None) -> list[dict]:

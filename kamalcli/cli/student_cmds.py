@@ -195,15 +195,17 @@ def _trust_cell(student) -> str:
 @click.option("--base", metavar="NAME|FOLDER",
               help="With --baseline merge: the pretrained base the teachers were fine-tuned from (default: the one "
                    "their kamal.json records); with zero-shot or prior:DATA: the sentence encoder (default minilm-l6).")
+@click.option("--task", metavar="NAME", help="A student of several tasks: the task the data's labels are (default: "
+                                            "the one they fit).")
 @click.option("--device", help="cpu, cuda or auto.")
 @json_option
 @pass_app
-def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, base, device, as_json) -> None:
+def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, base, task, device, as_json) -> None:
     """Accuracy, macro-F1, per-class F1 and the confusion matrix of a student (or baseline)."""
     from kamalcli.students.evaluate import baseline_name, canonical_baseline
 
     metrics = app.api().evaluate(student_name, data=data_name, baseline=baseline, teachers=teacher_names, base=base,
-                                 device=device)
+                                 device=device, task=task)
     subject = (f"baseline {baseline_name(canonical_baseline(baseline), teacher_names)}" if baseline
                else f"student {student_name}")
     if as_json:
@@ -211,6 +213,18 @@ def eval_cmd(app: App, student_name, data_name, baseline, teacher_names, base, d
         return
     if "entity_f1" in metrics:
         _entity_table(subject, data_name, metrics)
+        return
+    if "task" in metrics:
+        subject += f", task {metrics['task']},"
+    if metrics.get("multi_label"):
+        click.echo(f"{subject} on {data_name}: micro-F1 {pct(metrics['micro_f1'])}%, macro-F1 "
+                   f"{pct(metrics['macro_f1'])}%, exact label sets {pct(metrics['subset_accuracy'])}% ({metrics['rows']} "
+                   f"rows; a label is on at probability {metrics['threshold']})")
+        if metrics["unknown_label_rows"]:
+            click.echo(f"  {metrics['unknown_label_rows']} rows name labels outside the task (left out of the figures)")
+        table(None, ["label", "precision %", "recall %", "F1 %", "support"],
+              [(name, pct(v["precision"]), pct(v["recall"]), pct(v["f1"]), v["support"])
+               for name, v in metrics["per_class"].items()])
         return
     line = f"{subject} on {data_name}: accuracy {pct(metrics['accuracy'])}%, macro-F1 {pct(metrics['macro_f1'])}% ({metrics['rows']} rows)"
     click.echo(line)
@@ -267,8 +281,21 @@ def predict(app: App, student_name, texts, file, onnx, device, top, as_json) -> 
         emit_json(rows)
     elif any("entities" in r for r in rows):
         _print_entities(rows)
+    elif any("tasks" in r for r in rows):
+        _print_tasks(rows)
     else:
         _print_labels(rows)
+
+
+def _print_tasks(rows: list[dict]) -> None:
+    """One line per text: each task's label and probability (a multi-label task's labels that are on), the text."""
+    for r in rows:
+        if "note" in r:
+            click.echo(f"-\t{r['text'][:80]}\t({r['note']})")
+            continue
+        answers = "  ".join(f"{name}: {a['label']} {a['probability']:.3f}" if "label" in a
+                            else f"{name}: {{{', '.join(a['labels'])}}}" for name, a in r["tasks"].items())
+        click.echo(f"{answers}\t{r['text'][:80]}")
 
 
 def _print_labels(rows: list[dict]) -> None:

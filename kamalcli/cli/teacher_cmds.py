@@ -16,13 +16,16 @@ from kamalcli.names import split_labels
 @click.option("--name", help="Name to refer to it by (default: the folder's name).")
 @click.option("--labels", help="Class names in the model's id order, comma-separated (required for LABEL_0-style names).")
 @click.option("--copy", is_flag=True, help="Copy the model into the workspace instead of reading it where it is.")
+@click.option("--task", help="The task it answers, e.g. sentiment: the student gets a head per task (default: one "
+                             "shared task). A multi-label teacher needs one.")
 @pass_app
-def add_teacher(app: App, source: str, name: str | None, labels: str | None, copy: bool) -> None:
+def add_teacher(app: App, source: str, name: str | None, labels: str | None, copy: bool, task: str | None) -> None:
     """Register a fine-tuned classifier (a local Hugging Face folder) as a teacher."""
     label_list = split_labels(labels) if labels is not None else None
-    teacher = app.api().add_teacher(source, name=name, labels=label_list, copy=copy)
+    teacher = app.api().add_teacher(source, name=name, labels=label_list, copy=copy, task=task)
+    where = f" for task {teacher.head}" + (" (multi-label)" if teacher.multi_label else "") if teacher.head else ""
     click.echo(
-        f"Added teacher {teacher.name}: {len(teacher.labels)} labels ({', '.join(teacher.labels)}); "
+        f"Added teacher {teacher.name}{where}: {len(teacher.labels)} labels ({', '.join(teacher.labels)}); "
         f"{teacher.model_type}, {teacher.num_layers} layers, hidden {teacher.hidden_size}; "
         f"weights {teacher.fingerprint[:12]}"
     )
@@ -35,6 +38,7 @@ def teachers(app: App, as_json: bool) -> None:
     """The registered teachers and their labels, in registration order."""
     from pathlib import Path
 
+    from kamalcli.heads import tasks_of
     from kamalcli.models.folder import missing_folder_line
     from kamalcli.probe.teacher_weights import changed_line, changed_on_disk
     from kamalcli.teachers.label_merges import label_classes
@@ -60,16 +64,31 @@ def teachers(app: App, as_json: bool) -> None:
     table(
         "Teachers",
         ["name", "task", "labels", "model", "layers", "dropout", "origin", "fingerprint"],
-        [(t.name, t.task, [_as_class(label, aliases) for label in t.labels], t.model_type, t.num_layers, t.dropout, t.origin,
-          t.fingerprint[:12] + _disk_state(t.id, changed, missing)) for t in found],
+        [(t.name, _task_shown(t), [_as_class(label, aliases) for label in t.labels], t.model_type, t.num_layers,
+          t.dropout, t.origin, t.fingerprint[:12] + _disk_state(t.id, changed, missing)) for t in found],
         empty="none yet (kamal add-teacher FOLDER)",
     )
+    tasks = tasks_of([t for t in found if t.task == "sequence"])
+    if len(tasks) > 1 or (tasks and tasks[0].multi_label):
+        with app.reader() as store:
+            for task in tasks:
+                space = store.label_space(list(task.teachers))
+                kind = ", multi-label" if task.multi_label else ""
+                click.echo(f"Labels of task {task.name} ({len(space)}{kind}): {', '.join(space.names)}")
+        spaces.pop("sequence")
     for task, space in spaces.items():
         if len(space):
             kind = "Union label space" if task == "sequence" else "Union tag set of the token teachers (one O)"
             click.echo(f"{kind} ({len(space)}): {', '.join(space.names)}")
     for one in merged:
         click.echo(f"Merged (kamal labels): {one.name} = {', '.join([one.name, *one.aliases])}")
+
+
+def _task_shown(teacher) -> str:
+    """sequence or token; with the task a text classifier answers when it was added with --task."""
+    if teacher.head is None:
+        return teacher.task
+    return f"{teacher.task}: {teacher.head}" + (" (multi-label)" if teacher.multi_label else "")
 
 
 def _disk_state(teacher_id: int, changed, missing) -> str:

@@ -144,8 +144,16 @@ def table_of_texts(source, fmt: str, columns: list[str], rows: dict[str, list], 
                          f"label, or pass --skip-unlabelled to leave {'it' if one else 'them'} out")
     skipped = set(unlabelled)
     kept = [i for i in range(len(texts)) if i not in skipped]
-    return TextTable([texts[i] for i in kept], [str(values[i]) for i in kept], text_column, label_column,
+    return TextTable([texts[i] for i in kept], [_label_text(values[i]) for i in kept], text_column, label_column,
                      list(columns), fmt, skipped=len(skipped))
+
+
+def _label_text(value) -> str:
+    """A label as stored: a list (a multi-label row's labels, in JSONL or parquet) as a JSON list, which
+    kamalcli/heads.py label_set reads back; anything else as its text."""
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "ndarray":
+        return json.dumps([str(v) for v in value])
+    return str(value)
 
 
 def _check_texts(texts: list, column: str, source) -> None:

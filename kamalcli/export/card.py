@@ -12,7 +12,7 @@ MISSING = "-"
 
 # Fields whose natural "nothing to say" is an empty string, not a dash:
 # they are suffixes inside a sentence of the template.
-EMPTY_BY_DEFAULT = ("quantization", "select_by_note", "scope_note")
+EMPTY_BY_DEFAULT = ("quantization", "select_by_note", "scope_note", "tasks_section")
 
 # Per export format: the library that loads it and the Hub tags.
 FORMATS = {
@@ -118,3 +118,19 @@ def labels_table(labels: list[str], aliases: dict[str, str] | None = None) -> st
         return markdown_table(["id", "label"], enumerate(labels))
     others = {label: ", ".join(a for a, target in aliases.items() if target == label) or "-" for label in labels}
     return markdown_table(["id", "label", "also called"], [(i, label, others[label]) for i, label in enumerate(labels)])
+
+
+def tasks_section(heads) -> str:
+    """A student of several tasks (kamalcli/heads.py): which columns answer which task, and how to read them;
+    nothing for a one-task student."""
+    from kamalcli.heads import is_plain
+
+    if is_plain(heads):
+        return ""
+    rows = [(h.name, "multi-label: a sigmoid per label" if h.multi_label else "one label: softmax over its columns",
+             f"{h.start}-{h.start + len(h.labels) - 1}", ", ".join(h.labels)) for h in heads]
+    return ("\n## Tasks\n\nThis student answers several tasks with one encoder: each task is a block of the "
+            "classifier's columns (named TASK/LABEL in `id2label`, listed under `kamal_heads` in `config.json`). "
+            "Read the logits and apply each task's own function to its block; a softmax over every column (what "
+            "`pipeline` does by default) mixes the tasks.\n\n"
+            + markdown_table(["task", "kind", "columns", "labels"], rows) + "\n")

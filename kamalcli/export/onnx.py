@@ -27,6 +27,7 @@ import numpy as np
 from kamalcli import __version__
 from kamalcli.errors import KamalError, KamalFailure
 from kamalcli.export.card import labels_table, markdown_table, render_card
+from kamalcli.heads import laid_out
 from kamalcli.files import publish_dir, removed_on_failure, write_json_atomic, write_text_atomic
 from kamalcli.models.folder import task_of_architecture
 from kamalcli.trust import conformal, scope
@@ -69,6 +70,7 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)  # what happened that the user may want to know
     warnings: list[str] = field(default_factory=list)  # what the CLI should print as a warning
     per_token: bool = False  # a token classifier: logits per token, no `features` output
+    heads: list[dict] = field(default_factory=list)  # a several-task student's tasks: a probabilities output each
 
     @property
     def model_path(self) -> Path:
@@ -145,9 +147,11 @@ def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int) ->
     import torch
 
     per_token = is_token_classifier(model)
+    heads = model_heads(model)
 
     class Outputs(torch.nn.Module):
-        """logits; a text classifier's last-layer first-token vector too (`features`: its rmd scope reads it)."""
+        """logits; a text classifier's last-layer first-token vector too (`features`: its rmd scope reads it); a
+        student of several tasks, each task's probabilities too (softmax over its columns, or a sigmoid per label)."""
 
         def __init__(self, inner):
             super().__init__()
@@ -155,13 +159,17 @@ def _torch_export(model, tokenizer, names: list[str], path: Path, opset: int) ->
 
         def forward(self, *args):
             out = self.inner(**dict(zip(names, args)), return_dict=True, output_hidden_states=not per_token)
-            return out.logits if per_token else (out.logits, out.hidden_states[-1][:, 0])
+            if per_token:
+                return out.logits
+            tasks = [torch.sigmoid(out.logits[:, h.columns]) if h.multi_label
+                     else torch.softmax(out.logits[:, h.columns], dim=-1) for h in heads]
+            return (out.logits, out.hidden_states[-1][:, 0], *tasks)
 
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
     axes["logits"] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
-    outputs = output_names(per_token)
+    outputs = output_names(per_token, heads)
     if not per_token:
-        axes["features"] = {0: "batch"}
+        axes.update({name: {0: "batch"} for name in outputs[1:]})
     with torch.inference_mode(False), torch.no_grad():
         torch.onnx.export(
             Outputs(model).eval(), _dummy_inputs(tokenizer, names), str(path),
@@ -238,8 +246,37 @@ def is_token_classifier(model) -> bool:
     return task_of_architecture(type(model).__name__) == "token"
 
 
-def output_names(per_token: bool) -> list[str]:
-    return ["logits"] if per_token else ["logits", "features"]
+def output_names(per_token: bool, heads=()) -> list[str]:
+    """logits (and a text classifier's features), then one probabilities output per task of a several-task student."""
+    return ["logits"] if per_token else ["logits", "features", *(task_output(h.name) for h in heads)]
+
+
+def task_output(task: str) -> str:
+    return f"probabilities_{task}"
+
+
+def model_heads(model) -> list:
+    """A several-task student's heads (kamalcli/heads.py); none for a one-task student or a token model."""
+    from kamalcli.heads import heads_of_config, is_plain
+
+    config = model.config.to_dict()
+    heads = heads_of_config(config, [config.get("id2label", {})[k] for k in sorted(config.get("id2label", {}), key=int)])
+    return [] if is_plain(heads) or is_token_classifier(model) else heads
+
+
+def _task_parity(path: Path, batches: _Batches, reference: np.ndarray, heads, rows: int) -> dict:
+    """Each task's probabilities output against the same function of PyTorch's logits; a KamalFailure past the
+    tolerance."""
+    from kamalcli.export.runtime import create_session
+
+    session = create_session(path, "cpu")
+    names = [task_output(h.name) for h in heads]
+    got = [np.concatenate(parts).astype(np.float64) for parts in zip(*(session.run(names, f) for f in batches.feeds))]
+    worst = max(float(np.abs(g - h.probabilities(reference)).max()) for g, h in zip(got, heads))
+    if not worst <= FP32_TOLERANCE:
+        raise KamalFailure(f"export failed parity: max |task probability difference| {worst:.2e} > {FP32_TOLERANCE:g} "
+                           f"against PyTorch on {rows} texts")
+    return {"tasks_max_abs_diff": worst}
 
 
 def _real_rows(logits: np.ndarray, feed: dict[str, np.ndarray]) -> np.ndarray:
@@ -609,7 +646,8 @@ def _write_manifest(staging: Path, result: ExportResult, student: Path, max_leng
         "optimized": result.optimized,
         "fused_ops": result.fused_op_counts,
         "inputs": result.inputs,
-        "outputs": output_names(result.per_token),
+        "outputs": output_names(result.per_token, laid_out(result.heads)),
+        **({"tasks": result.heads} if result.heads else {}),
         "max_length": max_length,
         "num_labels": len(result.labels),
         "parameters": result.parameters,
@@ -643,10 +681,12 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
     per_token = is_token_classifier(model)
     reference, reference_features = _torch_reference(model, batches, features=not per_token)
     _check_parity(fp32, batches, reference, reference_features, len(texts), notes)
+    heads = model_heads(model)
     parity: dict[str, Any] = {
         "rows": len(texts), "batch_size": PARITY_BATCH, "max_length": parity_length,
         "padded_batches": batches.padded, "batches": len(batches.feeds), "reference": "pytorch eager fp32",
         "tolerance": FP32_TOLERANCE, **fp32.parity,
+        **(_task_parity(fp32.path, batches, reference, heads, len(texts)) if heads else {}),
     }
 
     fp32_size = fp32.path.stat().st_size
@@ -668,7 +708,7 @@ def _export_into(staging: Path, student: Path, out_dir: Path, *, quantize: str |
         path=out_dir, opset=opset, quantize=quantize, parity=parity, size_bytes=size, providers=fp32.providers,
         fused_op_counts=counts, optimized=fp32.optimized, fp32_size_bytes=fp32_size,
         parameters=parameters, inputs=names, labels=labels, notes=notes, warnings=result_warnings,
-        per_token=per_token,
+        per_token=per_token, heads=[h.as_json() for h in heads],
     )
     usage = _usage(names, pad_id, pad_token, max_length)
     write_text_atomic(staging / "README.md",

@@ -37,7 +37,8 @@ def parity_texts(store, student) -> list[str]:
 
 
 def card_fields(store, student) -> dict:
-    from kamalcli.export.card import markdown_table
+    from kamalcli.export.card import markdown_table, tasks_section
+    from kamalcli.heads import heads_of_student
 
     teachers = markdown_table(
         ["teacher", "labels", "weights sha256"],
@@ -50,6 +51,12 @@ def card_fields(store, student) -> dict:
             [(d, m["sentences"], f"{100 * m['entity_precision']:.1f}%", f"{100 * m['entity_recall']:.1f}%",
               f"{100 * m['entity_f1']:.1f}%") for d, m in latest.items()],
         ) if latest else "Not evaluated yet (`kamal eval`)."
+    elif any("task" in m for m in latest.values()):
+        metrics = markdown_table(
+            ["data", "task", "rows", "accuracy (multi-label: micro-F1)", "macro-F1"],
+            [(d, m.get("task", "-"), m["rows"], f"{100 * m.get('accuracy', m.get('micro_f1')):.1f}%",
+              f"{100 * m['macro_f1']:.1f}%") for d, m in latest.items()],
+        )
     else:
         metrics = markdown_table(
             ["data", "rows", "accuracy", "macro-F1"],
@@ -60,6 +67,7 @@ def card_fields(store, student) -> dict:
     token = getattr(student, "task", "sequence") == "token"
     max_length = student.train.get("config", {}).get("max_length")
     return {
+        "tasks_section": tasks_section(heads_of_student(student)),
         "name": student.name,
         "pipeline_task": "token-classification" if token else "text-classification",
         "usage_arguments": ('aggregation_strategy="simple"' if token else

@@ -13,6 +13,25 @@ def kl_to_target(logits: torch.Tensor, target: torch.Tensor, temperature: float 
     return kl * temperature**2
 
 
+def binary_kl_to_target(logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Independent labels (a multi-label task): sum over labels of the two-outcome KL(t || q), q = sigmoid(s / T),
+    times T^2: binary cross-entropy to a soft target less the target's own entropy, so a perfect match is 0."""
+    z = logits.float() / temperature
+    log_q, log_not_q = F.logsigmoid(z), F.logsigmoid(-z)
+    kl = (torch.xlogy(target, target) - target * log_q + torch.xlogy(1 - target, 1 - target)
+          - (1 - target) * log_not_q)
+    return kl.sum(dim=-1) * temperature**2
+
+
+def binary_kd_loss(temperature: float):
+    """The loss of a multi-label task whose arrays hold a per-row `target` of independent label probabilities."""
+
+    def loss(logits, batch):
+        return binary_kl_to_target(logits, batch["target"], temperature)
+
+    return loss
+
+
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float(), labels, reduction="none")
 

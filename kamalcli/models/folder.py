@@ -52,6 +52,7 @@ class ModelFolder:
     fingerprint: str
     tokenizer_fingerprint: str | None
     weight_files: tuple[str, ...]
+    multi_label: bool = False  # problem_type multi_label_classification: a sigmoid per label (kamalcli/heads.py)
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -126,7 +127,6 @@ def _classifier_kind(source: str | Path, config: dict) -> tuple[str, str, str]:
     if not classifier:
         found = ", ".join(architectures) or "none"
         raise KamalError(f"{source} is neither a sequence nor a token classifier (architectures: {found})")
-    refuse_multi_label(config, str(source))
     task = task_of_architecture(classifier[0])
     model_type = config.get("model_type")
     if not model_type:
@@ -139,24 +139,22 @@ def _classifier_kind(source: str | Path, config: dict) -> tuple[str, str, str]:
 MULTI_LABEL = "multi_label_classification"
 
 
-def refuse_multi_label(config: dict, who: str) -> None:
-    """The one rule for add-teacher and for a registered teacher's folder: kamal reads a teacher's outputs through
-    one softmax over its labels, which a multi-label head (a sigmoid per label) is not."""
-    if config.get("problem_type") == MULTI_LABEL:
-        raise KamalError(f"{who} is multi-label (problem_type {MULTI_LABEL}, a sigmoid per label); kamal supports "
-                         "single-label teachers only, for now")
+def is_multi_label(config: dict) -> bool:
+    return config.get("problem_type") == MULTI_LABEL
 
 
 def check_registered_teacher(teacher) -> None:
-    """A registered teacher's config.json read again before probe or amalgamate use it or its cached outputs
-    (it may have been added by an older kamal, or rewritten since). A folder or config.json that is gone is
-    left to the command that loads it, which names it."""
+    """A registered teacher's config.json read again before probe or amalgamate use it or its cached outputs:
+    a teacher recorded as single-label whose folder now says multi-label (added by a kamal that read it through
+    one softmax, or rewritten since) is refused. A folder or config.json that is gone is left to the command that
+    loads it, which names it."""
     try:
         config = json.loads((Path(teacher.path) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    if isinstance(config, dict):
-        refuse_multi_label(config, f"teacher {teacher.name}")
+    if isinstance(config, dict) and is_multi_label(config) and not teacher.multi_label:
+        raise KamalError(f"teacher {teacher.name} is multi-label (problem_type {MULTI_LABEL}) but was added as "
+                         f"single-label: remove it and add it again with a task of its own (--task NAME)")
 
 
 def _label_names(source: str | Path, folder: Path, config: dict, labels: list[str] | None,
@@ -223,6 +221,7 @@ def inspect_classifier(source: str | Path, labels: list[str] | None = None) -> M
         fingerprint=fingerprint,
         tokenizer_fingerprint=tokenizer,
         weight_files=tuple(p.name for p in weight_files(folder)),
+        multi_label=is_multi_label(config),
     )
 
 

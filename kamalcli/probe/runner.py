@@ -509,14 +509,15 @@ class Runner:
         return None
 
     # -- (3) selection quality -------------------------------------------------------
-    def measure_selection(self, dataset) -> dict | None:
+    def measure_selection(self, dataset, among=None) -> dict | None:
         """Per score: how often the most confident teacher owns the gold label; stored. A fitted score measured on
-        the rows it is fitted on is cross-fitted (kamalcli/probe/cross_fit.py)."""
+        the rows it is fitted on is cross-fitted (kamalcli/probe/cross_fit.py). among: the teachers of one task
+        (kamalcli/heads.py), who are selected among; None: every teacher probed on dataset."""
         from kamalcli.probe.cross_fit import fold_of, is_fitted_score
 
         if not dataset.has_labels:
             return None
-        teachers, latest = self._selection_probes(dataset)
+        teachers, latest = self._selection_probes(dataset, among)
         if len(teachers) < 2:
             return None
         space = self.store.label_space(teachers)
@@ -561,18 +562,20 @@ class Runner:
             out[layer] = values
         return out
 
-    def _selection_probes(self, dataset) -> tuple[list, dict]:
-        """The teachers probed on dataset with this run's settings, and each one's newest such probe."""
+    def _selection_probes(self, dataset, among=None) -> tuple[list, dict]:
+        """The teachers probed on dataset with this run's settings (of those among, when given), and each one's
+        newest such probe."""
         latest = {}
         for p in self.store.probes(dataset_id=dataset.id, options_key=self.options_key):
             latest[p.teacher_id] = p
-        return [t for t in self.store.teachers() if t.id in latest], latest
+        wanted = {t.id for t in among} if among is not None else set(latest)
+        return [t for t in self.store.teachers() if t.id in latest and t.id in wanted], latest
 
     def add_auto_row(self, dataset, results: dict, score: str, decided_for) -> None:
         """The figures of the score score=auto selects with for the teachers decided_for
         (kamalcli/probe/measured.py), as the row `auto: SCORE` beside the others (oracle last); stored again.
         Nothing to add when that score was not measured here, or here on other teachers."""
-        teachers, latest = self._selection_probes(dataset)
+        teachers, latest = self._selection_probes(dataset, decided_for)
         if score not in results or {t.name for t in teachers} != {t.name for t in decided_for}:
             return
         oracle = results.pop("oracle")

@@ -243,19 +243,24 @@ def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan,
     the recipe's, kamalcli/recipe/recipe.py probe_score), score=auto decided from them and its row added beside
     theirs."""
     from kamalcli.runtime import resolve_device
+    from kamalcli.heads import tasks_of
 
-    for dataset in datasets:
-        result = runner.measure_selection(dataset)
-        if result:
-            summary["selection"][dataset.name] = result
-    if len(teachers) < 2 or decide_score is None:
-        return
-    given = plan.dataset.name if plan.source == "given" else None
-    decision = decide_score(runner.workspace, store, teachers, given, resolve_device(runner.device))
-    summary["auto"] = decision.as_json()
-    for dataset in datasets:
-        if dataset.name in summary["selection"]:
-            runner.add_auto_row(dataset, summary["selection"][dataset.name], decision.value, teachers)
+    # teachers are selected among within a task: a multi-label task's labels are not exclusive, nothing to select
+    groups = [list(task.teachers) for task in tasks_of(teachers) if not task.multi_label]
+    for group in groups:
+        named = (lambda d: d.name) if len(groups) == 1 else (lambda d, task=group[0].head_name: f"{d.name}, task {task}")
+        for dataset in datasets:
+            result = runner.measure_selection(dataset, group)
+            if result:
+                summary["selection"][named(dataset)] = result
+        if len(group) < 2 or decide_score is None:
+            continue
+        given = plan.dataset.name if plan.source == "given" else None
+        decision = decide_score(runner.workspace, store, group, given, resolve_device(runner.device))
+        summary["auto" if len(groups) == 1 else f"auto, task {group[0].head_name}"] = decision.as_json()
+        for dataset in datasets:
+            if named(dataset) in summary["selection"]:
+                runner.add_auto_row(dataset, summary["selection"][named(dataset)], decision.value, group)
 
 
 def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=(), dataset_names=(),

@@ -59,23 +59,45 @@ def _claim(workspace, store, job: Job, say) -> Job:
 
 def _decide_recipe(workspace, store, job: Job) -> Job:
     """The recipe decided once (kamalcli/recipe/recipe.py) and recorded in the request, with what a fitted score's
-    RMD and prototypes are fitted on: every process and a resumed run train with the same."""
-    if job.request.recipe is not None or job.task == "token" or not reads_confidences(job.method, job.options):
+    RMD and prototypes are fitted on: every process and a resumed run train with the same. A student of several
+    tasks records each task's recipe, decided on that task's teachers alone."""
+    from kamalcli.students.multi_head import several_heads, task_jobs
+
+    if job.request.recipe is not None or job.task == "token":
         return job
-    recipe = plan_recipe(workspace, store, job.teachers, job.dataset, job.options, rmd_fit=job.request.rmd_fit,
-                         device=job.train.device)
-    return replace(job, request=replace(job.request, recipe=recipe.as_json(),
-                                        rmd_fit=recipe.value("fit") or job.request.rmd_fit))
+    if several_heads(job.teachers):
+        tasks = {sub.teachers[0].head_name: _recipe_of(workspace, store, sub) for sub in task_jobs(job)}
+        return replace(job, request=replace(job.request, recipe={"tasks": {k: v for k, v in tasks.items() if v}}))
+    recipe = _recipe_of(workspace, store, job)
+    if recipe is None:
+        return job
+    return replace(job, request=replace(job.request, recipe=recipe,
+                                        rmd_fit=Recipe.from_json(recipe).value("fit") or job.request.rmd_fit))
+
+
+def _recipe_of(workspace, store, job: Job) -> dict | None:
+    """The recipe of one task's teachers (as_json); None where the method reads no confidences."""
+    if not reads_confidences(job.method, job.options):
+        return None
+    return plan_recipe(workspace, store, job.teachers, job.dataset, job.options, rmd_fit=job.request.rmd_fit,
+                       device=job.train.device).as_json()
 
 
 def _say_plan(store, job: Job, say, detail) -> None:
     """Once the request is accepted (a refused one is one line): the transfer set chosen and the recipe's table;
     with --verbose (detail), the evidence behind each decision."""
+    from kamalcli.students.multi_head import method_line, several_heads, task_jobs
+
     for line in [transfer_note(store, job), _student_line(job), *job.recipe.table()]:
         if line:
             say(line)
     for line in job.recipe.lines() if detail else []:
         detail(line)
+    for sub in task_jobs(job) if job.task == "sequence" and several_heads(job.teachers) else []:
+        for line in [method_line(sub), *sub.recipe.table(f"Recipe of task {sub.teachers[0].head_name}:")]:
+            say(line)
+        for line in sub.recipe.lines() if detail else []:
+            detail(line)
 
 
 def _student_line(job: Job) -> str:
@@ -151,6 +173,9 @@ def _fit_scope(problem, dataset, train_config, *, token_level: bool, say, states
 
     if token_level:
         return None
+    if problem.heads:
+        say("No scope score: a student of several tasks has none yet.")
+        return None
     if len(problem.encoded) < MIN_ROWS:
         say(f"No scope score: {len(problem.encoded)} transfer rows are too few to fit one (at least {MIN_ROWS}); "
             f"`kamal scope STUDENT --data NAME` fits one on more text.")
@@ -182,12 +207,14 @@ def _save_student(workspace, store, job: Job, problem, result, run, losses, scop
     from kamalcli.models.loading import save_classifier
 
     request, options, teachers, dataset, train_config = job.request, job.options, job.teachers, job.dataset, job.train
-    labels = list(problem.outputs.space.names)
+    labels = problem.labels
+    heads = {"heads": [h.as_json() for h in problem.heads]} if problem.heads else {}
     aliases = request.label_aliases or {}  # pinned when the run started (plan.pin_label_aliases)
     meta = {
         "name": request.name, "method": job.method.name, "options": asdict(options), "labels": labels,
-        "label_aliases": aliases,
-        "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels)} for t in teachers],
+        "label_aliases": aliases, **heads,
+        "teachers": [{"name": t.name, "fingerprint": t.fingerprint, "labels": list(t.labels),
+                      **({"task": t.head_name, "multi_label": t.multi_label} if heads else {})} for t in teachers],
         "base": request.student, "parent": request.parent, "transfer_data": dataset.name,
         "transfer_hash": dataset.content_hash, "select_by": request.select_by, "seed": train_config.seed,
         "init": request.init, "gold": request.gold,
@@ -207,7 +234,7 @@ def _save_student(workspace, store, job: Job, problem, result, run, losses, scop
         path=str(final), labels=labels, parent_id=parent.id if parent else None, transfer_dataset_id=dataset.id,
         select_by=request.select_by, seed=train_config.seed,
         train={**_train_record(train_config, result, problem), "init": request.init, "label_aliases": aliases,
-               "gold": request.gold, "recipe": request.recipe},
+               "gold": request.gold, "recipe": request.recipe, **heads},
         metrics={}, run_id=run.id, losses=losses, task=job.task,
         scope=scope.as_json() if scope is not None else None,
     )

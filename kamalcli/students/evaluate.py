@@ -8,17 +8,28 @@ import numpy as np
 from kamalcli.data.text import load_labelled_rows
 from kamalcli.errors import KamalError
 from kamalcli.probe.teacher_weights import refresh_teachers
-from kamalcli.train.metrics import classification_metrics, subset_accuracy
+from kamalcli.labels import label_indices
+from kamalcli.train.metrics import classification_metrics, multi_label_metrics, subset_accuracy
 
 
-def evaluate_student(store, student, dataset, *, device: str = "auto", batch_size: int = 64) -> dict:
+def evaluate_student(store, student, dataset, *, device: str = "auto", batch_size: int = 64,
+                     task: str | None = None) -> dict:
+    """task: which of a several-task student's tasks the data's labels are (default: the one they fit)."""
+    from kamalcli.heads import heads_of_student, is_plain
     from kamalcli.students.predict import text_outputs
 
     if student.task == "token":
         return evaluate_token_student(store, student, dataset, device=device)
+    heads = heads_of_student(student)
+    if task is not None and is_plain(heads):
+        raise KamalError(f"{student.name} answers one task: drop --task")
     student.folder  # noqa: B018 - a folder gone from disk is refused before the data is read
     texts, gold = load_labelled_rows(dataset)
     found = text_outputs(student, texts, device=device, batch_size=batch_size)
+    if not is_plain(heads):
+        metrics = task_metrics(found.logits, gold, heads, task, dataset.name)
+        store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
+        return metrics
     pred = found.logits.argmax(axis=1)
     gold_idx = np.asarray(student.aliases.indices(gold, student.labels))  # the aliases it was trained with
     metrics = classification_metrics(pred, gold_idx, student.labels)
@@ -32,6 +43,54 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
             metrics["new_label_accuracy"] = subset_accuracy(pred, gold_idx, new)
     store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
     return metrics
+
+
+def task_metrics(logits: np.ndarray, gold: list[str], heads, task: str | None, data_name: str) -> dict:
+    """A several-task student's figures on the task whose labels the gold labels are: accuracy and macro-F1 for a
+    single-label task; micro- and macro-F1, subset accuracy and per-label F1 at THRESHOLD for a multi-label one."""
+    from kamalcli.heads import THRESHOLD, head_named
+
+    head = head_named(heads, task) if task is not None else _task_of_gold(heads, gold, data_name)
+    if head.multi_label:
+        on, truth, unknown = head.probabilities(logits) >= THRESHOLD, *_label_matrix(gold, head.labels)
+        metrics = multi_label_metrics(on, truth, list(head.labels))
+        metrics.update(unknown_label_rows=unknown, threshold=THRESHOLD, multi_label=True)
+    else:
+        pred = logits[:, head.columns].argmax(axis=1)
+        metrics = classification_metrics(pred, label_indices(gold, head.labels), list(head.labels))
+    return {"task": head.name, **metrics}
+
+
+def _task_of_gold(heads, gold: list[str], data_name: str):
+    """The task whose labels most of the gold labels are (a multi-label task's: every name of a row's set)."""
+    from kamalcli.heads import label_set
+
+    def share(head) -> float:
+        known = set(head.labels)
+        fits = [set(label_set(g)) <= known if head.multi_label else g in known for g in gold]
+        return float(np.mean(fits)) if fits else 0.0
+
+    best = max(heads, key=share)
+    if share(best) < 0.5:
+        raise KamalError(f"the labels of {data_name} are none of the student's tasks' ("
+                         + "; ".join(f"{h.name}: {', '.join(h.labels[:4])}" for h in heads) + "): name one with --task")
+    return best
+
+
+def _label_matrix(gold: list[str], labels) -> tuple[np.ndarray, int]:
+    """(rows, labels) booleans of the gold label sets, and how many rows name a label the task does not have."""
+    from kamalcli.heads import label_set
+
+    index = {name: j for j, name in enumerate(labels)}
+    truth = np.zeros((len(gold), len(labels)), dtype=bool)
+    unknown = 0
+    for i, value in enumerate(gold):
+        names = label_set(value)
+        unknown += any(n not in index for n in names)
+        for name in names:
+            if name in index:
+                truth[i, index[name]] = True
+    return truth, unknown
 
 
 def trust_metrics(found, gold_idx: np.ndarray) -> dict:
@@ -87,7 +146,8 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
     teachers = refresh_teachers(workspace, store, baseline_teachers(store, baseline, "sequence", teacher_names), say)
     if teachers[0].task == "token":
         raise KamalError(f"teacher {teachers[0].name} tags tokens; measure it on token data with tags")
-    all_teachers = store.teachers_of_task("sequence")
+    task = _one_task(teachers)
+    all_teachers = [t for t in store.teachers_of_task("sequence") if t.head_name == task]
     space = store.label_space(all_teachers)
     if baseline.startswith("merge:"):
         outputs, info = _merged_outputs(store, teachers, baseline, base, texts, max_length, device, say)
@@ -95,6 +155,8 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
         runner = Runner(workspace, store, device=device)
         outputs = teacher_outputs(store, teachers, [runner.logits_probe(t, dataset, max_length) for t in teachers])
         info = None
+    if teachers[0].multi_label:
+        return _multi_label_baseline(store, baseline, teacher_names, dataset, outputs, gold, task)
     # Score over the whole union so every baseline is measured on the same labels.
     scores = np.full((len(texts), len(space)), -np.inf)
     local = np.log(np.maximum(outputs.padded(0), 1e-30)) if baseline.startswith("teacher:") else union_logits(outputs)
@@ -104,6 +166,29 @@ def evaluate_baseline(workspace, store, baseline: str, dataset, *, device: str =
     metrics = classification_metrics(pred, space.indices(gold), list(space.names))
     if info is not None:
         metrics["merge"] = info
+    store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
+    return metrics
+
+
+def _one_task(teachers) -> str:
+    """The one task these baseline teachers answer; teachers of several tasks are refused in one line."""
+    tasks = sorted({t.head_name for t in teachers})
+    if len(tasks) > 1:
+        raise KamalError(f"these teachers answer several tasks ({', '.join(tasks)}): measure one task's teachers, "
+                         "named with --teacher NAME")
+    return tasks[0]
+
+
+def _multi_label_baseline(store, baseline, teacher_names, dataset, outputs, gold, task) -> dict:
+    """A multi-label task's teachers: each label on when its mean sigmoid over the teachers that have it is at
+    least THRESHOLD (the target kamal's student learns)."""
+    from kamalcli.heads import THRESHOLD
+    from kamalcli.methods.multi_label import multi_label_target
+
+    names = list(outputs.space.names)
+    truth, unknown = _label_matrix(gold, names)
+    metrics = {"task": task, **multi_label_metrics(multi_label_target(outputs) >= THRESHOLD, truth, names),
+               "unknown_label_rows": unknown, "threshold": THRESHOLD, "multi_label": True}
     store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
     return metrics
 

@@ -40,6 +40,21 @@ def student_as_teacher(workspace, store, student, say=print):
     return teacher
 
 
+def _one_task(store, parent, new) -> None:
+    """kamal extend grows a one-task student with teachers of that task; several tasks are refused in one line."""
+    from kamalcli.heads import heads_of_student, is_plain
+
+    if not is_plain(heads_of_student(parent)):
+        raise KamalError(f"student {parent.name} answers several tasks, and kamal extend grows a one-task student: "
+                         "amalgamate a new student with every teacher")
+    known = [store.find_teacher(name=t["name"]) for t in parent.teachers]
+    tasks = {t.head for t in known if t is not None} or {None}
+    other = [t.name for t in new if t.head not in tasks or t.multi_label]
+    if other and parent.task == "sequence":
+        raise KamalError(f"{', '.join(other)} answer{'s' if len(other) == 1 else ''} another task than {parent.name}, "
+                         "and kamal extend grows a one-task student: amalgamate a new student with every teacher")
+
+
 def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teacher_names: list[str],
            refine: bool = False, say=print, detail=None):
     parent = store.student(student_name)
@@ -48,6 +63,7 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
     if not teacher_names:
         raise KamalError("name the new teacher(s) with --teacher NAME")
     new = [store.teacher(n) for n in teacher_names]
+    _one_task(store, parent, new)
     seen = lineage_fingerprints(store, parent)
     for teacher in new:
         if teacher.fingerprint in seen or teacher.student_id == parent.id:

@@ -46,6 +46,9 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
     teachers = store.teachers_of_task("sequence")
     if not teachers:
         raise KamalError("no text teachers registered: the queue ranks rows by how the teachers disagree")
+    if len({t.head_name for t in teachers}) > 1 or teachers[0].multi_label:
+        raise KamalError("the teachers answer several tasks (or one multi-label task), and the queue ranks rows for "
+                         "one task's exclusive labels: it is not built for them yet")
     teachers = refresh_teachers(workspace, store, teachers, say)
     runner = Runner(workspace, store, device=device)
     outputs = teacher_outputs(store, teachers, [runner.logits_probe(t, dataset, max_length) for t in teachers])

@@ -153,6 +153,7 @@ def plan(store, request: AmalgamateRequest) -> Job:
     """Everything checked before any work: method, options, teachers, data, name, training settings."""
     from kamalcli.methods import REGISTRY, get_method
     from kamalcli.names import check_name
+    from kamalcli.students.multi_head import check_several_heads, several_heads
     from kamalcli.train.loop import TrainConfig
 
     method = get_method(request.method)
@@ -199,6 +200,8 @@ def plan(store, request: AmalgamateRequest) -> Job:
     train = TrainConfig(**request.train)
     train.validate()
     check_fit_for(train.fit, method, task)
+    if task == "sequence" and several_heads(teachers):
+        check_several_heads(request, method, train)
     request = replace(request, name=name, init=canonical_init(request.init))
     return Job(request, method, options, tuple(teachers), dataset, train)
 

@@ -75,8 +75,36 @@ def predict_rows(student, texts: list[str], *, export=None, device: str = "auto"
         if getattr(student, "task", "sequence") == "token":
             return _aligned(texts, lambda given: predict_entities(student, given, export=export, device=device),
                             {"entities": []})
+        from kamalcli.heads import heads_of_student, is_plain
+
+        heads = heads_of_student(student)
+        if not is_plain(heads):
+            return _aligned(texts, lambda given: _task_rows(student, heads, given, export, device, top), {"tasks": {}})
         return _aligned(texts, lambda given: _label_rows(student, given, export, device, top),
                         {"label": None, "probability": None, "top": []})
+
+
+def _task_rows(student, heads, texts: list[str], export, device: str, top: int) -> list[dict]:
+    """A several-task student's answer per task: a single-label task's label, probability and top labels; a
+    multi-label task's labels that are on (probability at least THRESHOLD) and every label's probability."""
+    from kamalcli.heads import THRESHOLD
+
+    logits = text_outputs(student, texts, export=export, device=device).logits
+    answers = [(head, head.probabilities(logits)) for head in heads]
+    rows = []
+    for i, text in enumerate(texts):
+        tasks = {}
+        for head, probs in answers:
+            p = probs[i]
+            if head.multi_label:
+                tasks[head.name] = {"labels": [n for n, q in zip(head.labels, p) if q >= THRESHOLD],
+                                    "probabilities": {n: float(q) for n, q in zip(head.labels, p)}}
+                continue
+            order = p.argsort()[::-1][:min(top, len(p))]
+            tasks[head.name] = {"label": head.labels[order[0]], "probability": float(p[order[0]]),
+                                "top": [{"label": head.labels[j], "probability": float(p[j])} for j in order]}
+        rows.append({"text": text, "tasks": tasks})
+    return rows
 
 
 def _label_rows(student, texts: list[str], export, device: str, top: int) -> list[dict]:

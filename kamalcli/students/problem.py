@@ -30,11 +30,24 @@ class Problem:
     selector: object
     train_rows: np.ndarray
     held_out: np.ndarray
+    heads: list | None = None  # a student of several tasks (kamalcli/students/multi_head.py); outputs is then None
+
+    @property
+    def labels(self) -> list[str]:
+        """The student's columns, as its id2label names them."""
+        from kamalcli.heads import column_names
+
+        return column_names(self.heads) if self.heads else list(self.outputs.space.names)
 
 
 def build_problem(workspace, store, job: Job, probe_request, workdir, run_id, say, read_only: bool = False) -> Problem:
     """job: the checked request, with its recipe (kamalcli/students/plan.py)."""
-    build = token_problem if job.task == "token" else sequence_problem
+    from kamalcli.students.multi_head import several_heads
+
+    if job.task == "token":
+        build = token_problem
+    else:
+        build = heads_problem if several_heads(job.teachers) else sequence_problem
     return build(workspace, store, job, probe_request, workdir, run_id, say, read_only)
 
 
@@ -79,6 +92,38 @@ def sequence_problem(workspace, store, job: Job, probe_request, workdir, run_id,
                                 outputs.space.indices(gold), device)
         say(f"Model selection uses the labels of {eval_set.name} (recorded with the student).")
     return Problem(model, tokenizer, base_folder, outputs, probes, encoded, objective, selector, train_rows, held_out)
+
+
+def heads_problem(workspace, store, job, probe_request, workdir, run_id, say, read_only: bool = False):
+    """A student of several tasks (kamalcli/students/multi_head.py): 1. each task's teachers' outputs and objective,
+    2. the student over every task's labels, 3. one objective."""
+    from kamalcli.data.text import load_dataset_rows
+    from kamalcli.models.bases import resolve_model_source
+    from kamalcli.models.batching import encode
+    from kamalcli.models.loading import build_student, load_tokenizer
+    from kamalcli.heads import Head, column_names, laid_out
+    from kamalcli.students.multi_head import combined_objective, task_jobs
+    from kamalcli.train.evaluate import HeldOutLoss
+
+    heads, objectives, probes = [], [], {}
+    for sub in task_jobs(job):
+        outputs, task_probes, _ = _probed_outputs(workspace, store, sub, probe_request, run_id, say, read_only)
+        objectives.append(sub.method.build(outputs, sub.training_options))
+        heads.append(Head(sub.teachers[0].head_name, tuple(outputs.space.names), sub.method.name == "multi-label"))
+        probes.update({t.id: p for t, p in zip(sub.teachers, task_probes)})
+    heads = laid_out(heads)
+    request, train_config = job.request, job.train
+    base = resolve_model_source(request.student)
+    model = build_student(base, column_names(heads), num_layers=request.student_layers, seed=train_config.seed)
+    model.config.update({"kamal_heads": [h.as_json() for h in heads]})
+    tokenizer = load_tokenizer(base)
+    texts, _ = load_dataset_rows(job.dataset)
+    encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
+    train_rows, held_out = _split_rows(request.select_by, len(texts), train_config.seed)
+    objective = combined_objective(objectives, heads)
+    selector = HeldOutLoss(objective, encoded, held_out, train_config.device) if len(held_out) else None
+    return Problem(model, tokenizer, base, None, [probes[t.id] for t in job.teachers], encoded, objective, selector,
+                   train_rows, held_out, heads=heads)
 
 
 def token_problem(workspace, store, job: Job, probe_request, workdir, run_id, say, read_only: bool = False) -> Problem:

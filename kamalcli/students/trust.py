@@ -16,8 +16,13 @@ from kamalcli.trust.scope import DEFAULT_KEEP, DEFAULT_SCORE, Scope, check_keep,
 
 
 def sequence_student(student, what: str):
+    from kamalcli.heads import heads_of_student, is_plain
+
     if student.task == "token":
         raise KamalError(f"student {student.name} tags tokens; {what} is for text classifiers")
+    if not is_plain(heads_of_student(student)):
+        raise KamalError(f"student {student.name} answers several tasks, and {what} per task is not built yet: it "
+                         "is for a one-task student")
     return student
 
 

@@ -196,6 +196,7 @@ def label_view(store, *, data: str | None = None, encoder: str | None = None,
     text classifiers' labels with names and behaviour, token classifiers' entity types by name.
     encoder: the sentence encoder comparing names (default: the prototype score's)."""
     from kamalcli.errors import KamalError
+    from kamalcli.heads import tasks_of
     from kamalcli.teachers.label_merges import entity_types, label_classes
 
     if not 0 < threshold <= 1:
@@ -210,8 +211,11 @@ def label_view(store, *, data: str | None = None, encoder: str | None = None,
         notes.append(f"Names compared by spelling only: {missing}")
         encoder = None
     dataset, top = _behaviour(store, sequence, data, notes)
-    proposals = (propose(text_labels, vectors, top, aliases.canonical, threshold, dataset.name if dataset else "")
-                 + propose(types, vectors, None, aliases.canonical, threshold))
+    # labels of teachers of different tasks (kamalcli/heads.py) are never one class: proposals stay within a task
+    by_task = [[(t.name, list(t.labels)) for t in task.teachers] for task in tasks_of(sequence)]
+    proposals = [p for one_task in by_task
+                 for p in propose(one_task, vectors, top, aliases.canonical, threshold, dataset.name if dataset else "")]
+    proposals += propose(types, vectors, None, aliases.canonical, threshold)
     return LabelView(store.label_space(sequence), store.label_space(token), label_classes(store),
                      sorted(proposals, key=lambda p: -p.score), dataset.name if dataset else None, encoder, notes)
 

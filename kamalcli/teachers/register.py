@@ -17,8 +17,9 @@ from kamalcli.probe.teacher_weights import weights_stat
 
 def register_teacher(workspace, store, source: str, *, name: str | None, labels: list[str] | None,
                      copy: bool = False, origin: str = "added", train_dataset_id: int | None = None,
-                     student_id: int | None = None):
-    """Validate and record a teacher. Returns (teacher, notes for the user).
+                     student_id: int | None = None, task: str | None = None):
+    """Validate and record a teacher. Returns (teacher, notes for the user). task: the task it answers (the
+    student's head it trains, kamalcli/heads.py); None: the one shared task.
 
     Everything is checked before anything is written; the database changes in one
     transaction, and a copied folder is renamed into place only when complete.
@@ -26,8 +27,9 @@ def register_teacher(workspace, store, source: str, *, name: str | None, labels:
     info = inspect_classifier(resolve_classifier_source(source), labels)
     info, renamed = _tags_upper_cased(info, source)
     name = _new_name(store, info, name)
+    head = _head_of(store, info, name, task)
     store.claim("teacher", name, exclusive=True)
-    notes = renamed + _notes(store, info, name)
+    notes = renamed + _notes(store, info, name, head)
     path, copied = _copy_into(workspace, info) if copy else (info.path, None)
     try:
         teacher = store.add_teacher(
@@ -35,7 +37,7 @@ def register_teacher(workspace, store, source: str, *, name: str | None, labels:
             architecture=info.architecture, model_type=info.model_type, num_layers=info.num_layers,
             hidden_size=info.hidden_size, vocab_size=info.vocab_size, dropout=info.dropout,
             tokenizer_fingerprint=info.tokenizer_fingerprint, origin=origin, train_dataset_id=train_dataset_id,
-            student_id=student_id, weights_stat=weights_stat(path),
+            student_id=student_id, weights_stat=weights_stat(path), head=head, multi_label=int(info.multi_label),
         )
     except BaseException:
         if copied is not None:  # a copy no teacher row points at
@@ -54,6 +56,28 @@ def _new_name(store, info: ModelFolder, name: str | None) -> str:
     return name
 
 
+def _head_of(store, info: ModelFolder, name: str, task: str | None) -> str | None:
+    """The task the new teacher answers (None: the shared one), checked against the teachers already there: a
+    multi-label teacher's labels are independent, so it shares a task only with multi-label teachers."""
+    from kamalcli.heads import DEFAULT, check_task_name
+
+    if task is not None:
+        check_task_name(task)
+        if task_of_architecture(info.architecture) == "token":
+            raise KamalError(f"{name} tags tokens: --task groups text classifiers (drop it)")
+    head = None if task in (None, DEFAULT) else task
+    if info.multi_label and head is None:
+        raise KamalError(f"{name} is multi-label (problem_type multi_label_classification, a sigmoid per label): give "
+                         "it a task of its own with --task NAME")
+    others = [t for t in store.teachers_of_task("sequence") if t.head == head]
+    mixed = [t.name for t in others if t.multi_label != info.multi_label]
+    if mixed:
+        kind = "multi-label" if info.multi_label else "single-label"
+        raise KamalError(f"task {head or DEFAULT} holds {', '.join(mixed)}, which {'are' if len(mixed) > 1 else 'is'} "
+                         f"not {kind} like {name}: give {name} a task of its own with --task NAME")
+    return head
+
+
 def _tags_upper_cased(info: ModelFolder, source) -> tuple[ModelFolder, list[str]]:
     """A token teacher's tags with entity types upper-cased (B-per -> B-PER) and checked to pair B-/I-,
     and the note saying what was renamed; a sequence teacher as it is."""
@@ -63,10 +87,12 @@ def _tags_upper_cased(info: ModelFolder, source) -> tuple[ModelFolder, list[str]
     return replace(info, labels=tuple(tags)), renamed_tags_note(renamed)
 
 
-def _notes(store, info: ModelFolder, name: str) -> list[str]:
+def _notes(store, info: ModelFolder, name: str, head: str | None = None) -> list[str]:
     """What the user should know about this teacher beside the others: shared labels, tokenizers, dropout."""
     task = task_of_architecture(info.architecture)
     others = store.teachers_of_task(task)
+    if task == "sequence":  # the labels of one task: another task's "positive" is another class
+        others = [t for t in others if t.head == head]
     space = store.label_space(others)
     # every token teacher has O: the union has one
     shared = {label: ", ".join(space.owners(label)) for label in info.labels

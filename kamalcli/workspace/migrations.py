@@ -345,3 +345,12 @@ def m014_balanced_selection(db):
     # until `kamal probe` measures them again.
     db.execute("ALTER TABLE selection ADD COLUMN balanced REAL")
     db.execute("ALTER TABLE selection ADD COLUMN balanced_rows REAL")
+
+
+@migration
+def m015_teacher_tasks(db):
+    # `kamal add-teacher --task NAME`: the task a teacher answers (the student's head it trains), and whether its
+    # labels are independent (multi-label: a sigmoid per label). NULL: the one shared task, as every teacher added
+    # before this migration.
+    db.execute("ALTER TABLE teachers ADD COLUMN head TEXT")
+    db.execute("ALTER TABLE teachers ADD COLUMN multi_label INTEGER NOT NULL DEFAULT 0 CHECK (multi_label IN (0, 1))")

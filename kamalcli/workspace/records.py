@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kamalcli.errors import KamalError
+from kamalcli.heads import DEFAULT as DEFAULT_HEAD
 from kamalcli.labels import Aliases
 from kamalcli.models.folder import task_of_architecture
 
@@ -31,6 +32,12 @@ class Teacher:
     labels: tuple[str, ...] = ()
     # (file name, size, mtime in ns) of each weight file when last checked; None: added by an older kamal
     weights_stat: tuple[tuple[str, int, int], ...] | None = None
+    head: str | None = None          # the task it answers (add-teacher --task; kamalcli/heads.py); None: the shared one
+    multi_label: bool = False        # a sigmoid per label (problem_type multi_label_classification)
+
+    @property
+    def head_name(self) -> str:
+        return self.head or DEFAULT_HEAD
 
     @property
     def task(self) -> str:
@@ -41,6 +48,8 @@ class Teacher:
         return {
             "name": self.name,
             "task": self.task,
+            "head": self.head_name,
+            "multi_label": self.multi_label,
             "labels": list(self.labels),
             "path": self.path,
             "source": self.source,

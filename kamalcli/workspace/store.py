@@ -104,7 +104,7 @@ class Store:
             "SELECT l.name FROM teacher_labels tl JOIN labels l ON l.id = tl.label_id "
             "WHERE tl.teacher_id = ? ORDER BY tl.position", [row["id"]])]
         stat = _loads(row.get("weights_stat"))
-        return Teacher(**{**row, "path": self._abs(row["path"]),
+        return Teacher(**{**row, "path": self._abs(row["path"]), "multi_label": bool(row.get("multi_label")),
                           "weights_stat": tuple(map(tuple, stat)) if stat is not None else None}, labels=tuple(labels))
 
     def teachers(self) -> list[Teacher]:
