@@ -207,6 +207,9 @@ def test_muki_hard_decides_a_recipe_per_task_and_probe_selects_within_a_task(tas
     assert "Teacher selection on test, task default" in out  # news against money; tone alone and tags pick nothing
     assert "task tone" not in out and "task tags" not in out
     assert {tuple(r["teachers"]) for r in _selection_rows(tasks)} == {("news", "money")}
+    report = tasks("report").output
+    assert "tagger: multi-label (a sigmoid per label), so the figures above" in report
+    assert all(row.get("mean_uhat") is None for row in tasks.json("report")["probes"] if row["teacher"] == "tagger")
     out = tasks("amalgamate", "--method", "muki-hard", "--name", "m", "--student", assets["encoder"], *TRAIN).output
     assert "Task default: muki-hard on news, money." in out and "Task tone: vanilla-kd on tone." in out
     student = next(s for s in tasks.json("students") if s["name"] == "m")

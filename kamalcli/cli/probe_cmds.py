@@ -125,6 +125,10 @@ def _probe_tables(probe_rows: list[dict]) -> None:
                 _c(r.get("mean_uhat")), _c(r.get("mean_mc_uhat")), pct(r.get("accuracy_in")),
                 _f(r.get("ece_in")), _f(r.get("mc_ece_in")), _f(r.get("ece_out")), _f(r.get("mc_ece_out")),
                 _rmd(r["rmd"])) for r in sentence_rows])
+        multi_label = sorted({r["teacher"] for r in sentence_rows if r.get("multi_label")})
+        if multi_label:
+            click.echo(f"{', '.join(multi_label)}: multi-label (a sigmoid per label), so the figures above, which read "
+                       f"one softmax over a teacher's labels, are not shown for {'them' if len(multi_label) > 1 else 'it'}.")
     if token_rows:
         table("Token teachers per word (c = 1 - normalised entropy over the teacher's entity tags, O left out; "
               "MC = Monte-Carlo dropout over K passes; no ECE or RMD at token level)",

@@ -170,13 +170,15 @@ def probe_rows(teachers: dict, datasets: dict, probes) -> list[dict]:
     """Each stored probe: its pair, its options and its summary's figures."""
     rows = []
     for p in probes:
-        s = p.summary
+        # a multi-label teacher's labels are not exclusive: figures of one softmax over them mean nothing
+        multi_label = teachers[p.teacher_id].multi_label
+        s = {} if multi_label else p.summary
         rows.append({
             "probe_id": p.id, "teacher": teachers[p.teacher_id].name, "data": datasets[p.dataset_id].name,
             "rows": p.num_rows, "mc_samples": p.options.get("mc_samples"), "dropout": p.options.get("dropout"),
             "max_length": p.options.get("max_length"), "seconds": p.seconds,
             **{k: v for k, v in s.items() if k != "rmd"},
-            "rmd": s.get("rmd"),
+            "rmd": s.get("rmd"), **({"multi_label": True} if multi_label else {}),
         })
     return rows
 
