@@ -110,6 +110,20 @@ def head_named(heads: Sequence[Head], name: str) -> Head:
     return found[0]
 
 
+def task_of_labels(heads, gold: list[str], data_name: str):
+    """The task whose labels most of the gold labels are (a multi-label task's: every name of a row's set)."""
+    def share(head) -> float:
+        known = set(head.labels)
+        fits = [set(label_set(g)) <= known if head.multi_label else g in known for g in gold]
+        return float(np.mean(fits)) if fits else 0.0
+
+    best = max(heads, key=share)
+    if share(best) < 0.5:
+        raise KamalError(f"the labels of {data_name} are none of the student's tasks' ("
+                         + "; ".join(f"{h.name}: {', '.join(h.labels[:4])}" for h in heads) + "): name one with --task")
+    return best
+
+
 def label_set(value: str) -> list[str]:
     """A multi-label gold value: a JSON list (JSONL data keeps it as add-data read it) or names split by commas (a
     comma is in no label name); an empty list is "[]"."""

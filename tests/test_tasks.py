@@ -230,8 +230,45 @@ def _selection_rows(kamal):
 def test_what_a_several_task_student_does_not_do_yet_is_one_line(tasks, assets, trained):
     tasks("amalgamate", "--method", "vanilla-kd", "--name", "all", "--student", assets["encoder"], *TRAIN)
     tasks("add-teacher", trained["life"], "--name", "life")
-    for args in (("calibrate", "all", "--data", "test"), ("scope", "all", "--data", "pool"),
+    for args in (("scope", "all", "--data", "pool"),
                  ("label-queue", "--data", "pool", "--n", "5", "--out", "queue.csv"),
                  ("extend", "all", "--teacher", "life", "--name", "more", *TRAIN)):
         out = tasks(*args, code=2).output
         assert "several tasks" in out and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
+
+
+def test_a_several_task_run_resumes_bit_for_bit(tasks, assets, interrupt_training, monkeypatch):
+    from safetensors.torch import load_file
+
+    from kamalcli.students import amalgamate
+
+    args = ["--method", "muki-hard", "--student", assets["encoder"], *TRAIN, "--checkpoint-every", "5"]
+    tasks("amalgamate", *args, "--name", "straight")
+    interrupt_training(7)
+    assert "kamal amalgamate --resume cut" in tasks("amalgamate", *args, "--name", "cut", code=130).stderr
+    interrupt_training(None)
+    monkeypatch.setattr(amalgamate, "plan_recipe", lambda *a, **k: pytest.fail("a resumed run decided again"))
+    tasks("amalgamate", "--resume", "cut")
+    paths = {s["name"]: s["path"] for s in tasks.json("students")}
+    a, b = (load_file(paths[name] + "/model.safetensors") for name in ("straight", "cut"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_a_task_is_calibrated_on_its_own_and_predict_gives_its_sets(tasks, assets, tmp_path):
+    tasks("amalgamate", "--method", "vanilla-kd", "--name", "all", "--student", assets["encoder"], *TRAIN)
+    tasks("add-data", tmp_path / "tags.jsonl", "--name", "tone-cal", "--label-column", "tone", "--role", "eval")
+    found = tasks.json("calibrate", "all", "--data", "tone-cal", "--coverage", "0.8")
+    assert found["notes"][0] == "Task tone." and found["rows"] == 32
+    assert "is a test set" in tasks("calibrate", "all", "--data", "tags-test", code=2).output
+    tasks("add-data", tmp_path / "tags.jsonl", "--name", "tags-cal", "--label-column", "tags", "--role", "eval")
+    assert "task tags is multi-label" in tasks("calibrate", "all", "--data", "tags-cal", code=2).output
+    answer = tasks.json("predict", "all", "sports ball game")[0]["tasks"]
+    assert set(answer["tone"]["set"]) <= set(TONES) and answer["tone"]["label"] in answer["tone"]["set"] \
+        or answer["tone"]["set"] == []
+    assert "set" not in answer["default"]
+    tone = tasks.json("eval", "all", "--data", "tone-test")
+    assert tone["conformal"]["coverage_asked"] == 0.8 and tone["conformal"]["calibration_rows"] == 32
+    student = next(s for s in tasks.json("students") if s["name"] == "all")
+    assert set(student["calibration"]["tasks"]) == {"tone"}
+    tasks.json("export", "all", "--onnx")
+    assert tasks.json("predict", "all", "sports ball game", "--onnx")[0]["tasks"]["tone"]["set"] == answer["tone"]["set"]

@@ -303,9 +303,10 @@ class Workspace:
         write_queue(rows, out, force=force)
         return rows
 
-    def calibrate(self, student: str, *, data: str, coverage: float = 0.9, device: str | None = None) -> dict:
-        """`kamal calibrate --json`: the student's conformal threshold for this coverage, and the spread of one
-        draw's coverage its number of rows implies."""
+    def calibrate(self, student: str, *, data: str, coverage: float = 0.9, device: str | None = None,
+                  task: str | None = None) -> dict:
+        """`kamal calibrate --json`: the student's conformal threshold for this coverage (a several-task student's:
+        of the task whose labels data's are, or task), and the spread of one draw's coverage its rows imply."""
         from kamalcli.students.trust import calibrate_student
         from kamalcli.trust.conformal import check_coverage, coverage_spread
 
@@ -316,7 +317,7 @@ class Workspace:
             store.claim("student", found.name, exclusive=True)
             store.claim_inputs(datasets=[dataset])
             calibration, notes = calibrate_student(store, found, dataset, coverage=coverage,
-                                                   device=self.session.device(device))
+                                                   device=self.session.device(device), task=task)
         spread = coverage_spread(calibration.rows, calibration.coverage)
         return {"student": found.name, **calibration.as_json(), "notes": notes,
                 "coverage_spread": {"level": 0.9, "low": spread[0], "high": spread[1]} if spread else None}

@@ -175,7 +175,9 @@ def remove_student(app: App, name: str) -> None:
 def _trust_cell(student) -> str:
     """What the student says about itself: its scope score and the coverage it was calibrated for."""
     parts = [f"{student.scope['score']}, keeps {pct(student.scope['keep'])}%"] if student.scope else []
-    if student.calibration:
+    if student.calibration and "tasks" in student.calibration:
+        parts += [f"{task} sets {pct(c['coverage'])}%" for task, c in student.calibration["tasks"].items()]
+    elif student.calibration:
         parts.append(f"sets {pct(student.calibration['coverage'])}%")
     return "; ".join(parts) or "-"
 

@@ -54,12 +54,14 @@ def _transfer_data(store, student):
 @click.option("--coverage", type=float, default=0.9, show_default=True,
               help="Probability that a prediction set holds the true label.")
 @click.option("--device", help="cpu, cuda or auto.")
+@click.option("--task", metavar="NAME", help="A student of several tasks: the task the data's labels are (default: "
+                                            "the one they fit).")
 @json_option
 @pass_app
-def calibrate(app: App, student_name, data_name, coverage, device, as_json) -> None:
+def calibrate(app: App, student_name, data_name, coverage, device, task, as_json) -> None:
     """Prediction sets with a guarantee (split conformal): after this, `kamal predict --json` adds `set`, the
     labels that hold the true one with probability COVERAGE, and `kamal eval` reports coverage and set size."""
-    found = app.api().calibrate(student_name, data=data_name, coverage=coverage, device=device)
+    found = app.api().calibrate(student_name, data=data_name, coverage=coverage, device=device, task=task)
     if as_json:
         emit_json(found)
         return

@@ -111,7 +111,12 @@ def trust_section(student) -> str:
                      f"{s['data']} it was fitted on). The score is {SCORE_WORDS.get(s['score'], s['score'])}. "
                      "`scope.npz` holds it (`settings`, JSON); `kamal predict --json` gives `in_scope` and "
                      "`scope_score`.")
-    if student.calibration:
+    for task, c in (student.calibration or {}).get("tasks", {}).items():
+        lines.append(f"- Prediction sets of task {task} (split conformal, `calibration-tasks.json`): a label of the task "
+                     f"is in the set when its probability is at least {max(0.0, 1 - c['threshold']):.6g}; the set "
+                     f"holds the true label with probability {c['coverage']:g}, calibrated on {c['rows']} labelled rows "
+                     f"of {c['data']}.")
+    if student.calibration and "tasks" not in student.calibration:
         c = student.calibration
         lines.append(f"- Prediction sets (split conformal, `calibration.json`): a label is in the set when its "
                      f"probability is at least {max(0.0, 1 - c['threshold']):.6g}; the set holds the true label with "

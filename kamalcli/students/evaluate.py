@@ -16,7 +16,7 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
                      task: str | None = None) -> dict:
     """task: which of a several-task student's tasks the data's labels are (default: the one they fit)."""
     from kamalcli.heads import heads_of_student, is_plain
-    from kamalcli.students.predict import text_outputs
+    from kamalcli.students.predict import task_calibrations, text_outputs
 
     if student.task == "token":
         return evaluate_token_student(store, student, dataset, device=device)
@@ -27,7 +27,7 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
     texts, gold = load_labelled_rows(dataset)
     found = text_outputs(student, texts, device=device, batch_size=batch_size)
     if not is_plain(heads):
-        metrics = task_metrics(found.logits, gold, heads, task, dataset.name)
+        metrics = task_metrics(found.logits, gold, heads, task, dataset.name, task_calibrations(student))
         store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
         return metrics
     pred = found.logits.argmax(axis=1)
@@ -45,36 +45,28 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
     return metrics
 
 
-def task_metrics(logits: np.ndarray, gold: list[str], heads, task: str | None, data_name: str) -> dict:
+def task_metrics(logits: np.ndarray, gold: list[str], heads, task: str | None, data_name: str,
+                 calibrations: dict | None = None) -> dict:
     """A several-task student's figures on the task whose labels the gold labels are: accuracy and macro-F1 for a
     single-label task; micro- and macro-F1, subset accuracy and per-label F1 at THRESHOLD for a multi-label one."""
-    from kamalcli.heads import THRESHOLD, head_named
+    from kamalcli.heads import THRESHOLD, head_named, task_of_labels
+    from kamalcli.trust.conformal import coverage_and_size
 
-    head = head_named(heads, task) if task is not None else _task_of_gold(heads, gold, data_name)
+    calibrations = calibrations or {}
+    head = head_named(heads, task) if task is not None else task_of_labels(heads, gold, data_name)
     if head.multi_label:
         on, truth, unknown = head.probabilities(logits) >= THRESHOLD, *_label_matrix(gold, head.labels)
         metrics = multi_label_metrics(on, truth, list(head.labels))
         metrics.update(unknown_label_rows=unknown, threshold=THRESHOLD, multi_label=True)
     else:
-        pred = logits[:, head.columns].argmax(axis=1)
-        metrics = classification_metrics(pred, label_indices(gold, head.labels), list(head.labels))
+        gold_idx = label_indices(gold, head.labels)
+        metrics = classification_metrics(logits[:, head.columns].argmax(axis=1), gold_idx, list(head.labels))
+        if head.name in calibrations and (gold_idx >= 0).any():
+            calibration, known = calibrations[head.name], gold_idx >= 0
+            coverage, size = coverage_and_size(calibration.members(head.probabilities(logits)[known]), gold_idx[known])
+            metrics["conformal"] = {"coverage_asked": calibration.coverage, "coverage": coverage, "mean_set_size": size,
+                                    "rows": int(known.sum()), "calibration_rows": calibration.rows}
     return {"task": head.name, **metrics}
-
-
-def _task_of_gold(heads, gold: list[str], data_name: str):
-    """The task whose labels most of the gold labels are (a multi-label task's: every name of a row's set)."""
-    from kamalcli.heads import label_set
-
-    def share(head) -> float:
-        known = set(head.labels)
-        fits = [set(label_set(g)) <= known if head.multi_label else g in known for g in gold]
-        return float(np.mean(fits)) if fits else 0.0
-
-    best = max(heads, key=share)
-    if share(best) < 0.5:
-        raise KamalError(f"the labels of {data_name} are none of the student's tasks' ("
-                         + "; ".join(f"{h.name}: {', '.join(h.labels[:4])}" for h in heads) + "): name one with --task")
-    return best
 
 
 def _label_matrix(gold: list[str], labels) -> tuple[np.ndarray, int]:

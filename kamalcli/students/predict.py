@@ -91,6 +91,7 @@ def _task_rows(student, heads, texts: list[str], export, device: str, top: int) 
 
     logits = text_outputs(student, texts, export=export, device=device).logits
     answers = [(head, head.probabilities(logits)) for head in heads]
+    calibrations = task_calibrations(student, export)
     rows = []
     for i, text in enumerate(texts):
         tasks = {}
@@ -103,6 +104,8 @@ def _task_rows(student, heads, texts: list[str], export, device: str, top: int) 
             order = p.argsort()[::-1][:min(top, len(p))]
             tasks[head.name] = {"label": head.labels[order[0]], "probability": float(p[order[0]]),
                                 "top": [{"label": head.labels[j], "probability": float(p[j])} for j in order]}
+            if head.name in calibrations:
+                tasks[head.name]["set"] = calibrations[head.name].sets(p[None], list(head.labels))[0]
         rows.append({"text": text, "tasks": tasks})
     return rows
 
@@ -127,6 +130,16 @@ def _label_rows(student, texts: list[str], export, device: str, top: int) -> lis
             row["set"] = sets[i]
         rows.append(row)
     return rows
+
+
+def task_calibrations(student, export=None) -> dict:
+    """A several-task student's calibrations by task: the student's own, else (its folder gone) its export's."""
+    from kamalcli.trust.conformal import load_task_calibrations
+
+    folder = Path(student.path)
+    if not (folder / "config.json").is_file() and export is not None:
+        folder = Path(export.path)
+    return load_task_calibrations(folder)
 
 
 @dataclass(frozen=True)

@@ -74,14 +74,20 @@ def fit_student_scope(store, student, dataset, *, keep: float = DEFAULT_KEEP, sc
     return scope
 
 
-def calibrate_student(store, student, dataset, *, coverage: float = 0.9, device: str = "cpu"):
+def calibrate_student(store, student, dataset, *, coverage: float = 0.9, device: str = "cpu", task: str | None = None):
     """kamal calibrate: the conformal threshold from a labelled dataset of the student's labels (any of their
-    names). Returns (Calibration, notes)."""
+    names); a several-task student's, of the task whose labels those are (or `task`). Returns (Calibration, notes)."""
     from kamalcli.data.text import load_labelled_rows
+    from kamalcli.heads import heads_of_student, is_plain
     from kamalcli.models.inference import classifier_probs
 
     conformal.check_coverage(coverage)
     dataset.refuse_test(f"kamal calibrate --data {dataset.name}")
+    heads = heads_of_student(student)
+    if not is_plain(heads) and student.task == "sequence":
+        return _calibrate_task(store, student, dataset, heads, coverage, device, task)
+    if task is not None:
+        raise KamalError(f"{student.name} answers one task: drop --task")
     folder = sequence_student(student, "calibration").folder
     texts, gold = load_labelled_rows(dataset)
     index = np.asarray(student.aliases.indices(gold, student.labels))
@@ -99,4 +105,35 @@ def calibrate_student(store, student, dataset, *, coverage: float = 0.9, device:
     with store.transaction():
         store.set_student_trust(student.id, calibration=calibration.as_json())
         write_json_atomic(Path(folder) / conformal.FILE, calibration.as_json())
+    return calibration, notes
+
+
+def _calibrate_task(store, student, dataset, heads, coverage: float, device: str, task: str | None):
+    """One task of a several-task student calibrated: its softmax over its own columns; kept beside the other
+    tasks' calibrations (conformal.TASKS_FILE). A multi-label task's labels are not exclusive: refused."""
+    from kamalcli.data.text import load_labelled_rows
+    from kamalcli.labels import label_indices
+    from kamalcli.models.inference import classifier_logits
+    from kamalcli.heads import head_named, task_of_labels
+
+    folder = student.folder
+    texts, gold = load_labelled_rows(dataset)
+    head = head_named(heads, task) if task is not None else task_of_labels(heads, gold, dataset.name)
+    if head.multi_label:
+        raise KamalError(f"task {head.name} is multi-label: its prediction sets (a set per label) are not built yet")
+    index = label_indices(gold, head.labels)
+    if (index < 0).any():
+        unknown = sorted({g for g, i in zip(gold, index) if i < 0})
+        raise KamalError(f"dataset {dataset.name} has labels task {head.name} does not have ({', '.join(unknown[:5])}): "
+                         "calibrate on rows of its labels only")
+    logits = classifier_logits(folder, texts, student.max_length, device=resolve_device(device))
+    calibration = conformal.calibrate(head.probabilities(logits), index, coverage, data=dataset.name)
+    calibrations = {**conformal.load_task_calibrations(folder), head.name: calibration}
+    listed = {name: c.as_json() for name, c in calibrations.items()}
+    notes = [f"Task {head.name}."]
+    if calibration.complete:
+        notes.append(f"{len(texts)} rows are too few for coverage {coverage:g}: every set holds every label.")
+    with store.transaction():
+        store.set_student_trust(student.id, calibration={"tasks": listed})
+        write_json_atomic(Path(folder) / conformal.TASKS_FILE, listed)
     return calibration, notes

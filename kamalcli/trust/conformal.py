@@ -18,6 +18,7 @@ import numpy as np
 from kamalcli.errors import KamalError
 
 FILE = "calibration.json"  # in the student's folder, and in its exports
+TASKS_FILE = "calibration-tasks.json"  # a several-task student's (kamalcli/heads.py): {task: calibration}
 
 
 @dataclass(frozen=True)
@@ -132,3 +133,15 @@ def load_calibration(folder: Path) -> Calibration | None:
         return None
     except (OSError, ValueError) as e:
         raise KamalError(f"unreadable {path}: {e}") from None
+
+
+def load_task_calibrations(folder: Path) -> dict[str, Calibration]:
+    """A several-task student's calibrations, by task (TASKS_FILE); empty when it has none."""
+    path = Path(folder) / TASKS_FILE
+    try:
+        listed = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise KamalError(f"unreadable {path}: {e}") from None
+    return {task: Calibration.from_json(data) for task, data in listed.items()}
