@@ -297,7 +297,9 @@ def _print_tasks(rows: list[dict]) -> None:
             continue
         answers = "  ".join(f"{name}: {a['label']} {a['probability']:.3f}" if "label" in a
                             else f"{name}: {{{', '.join(a['labels'])}}}" for name, a in r["tasks"].items())
-        click.echo(f"{answers}\t{r['text'][:80]}")
+        if len(answers) > 96:  # the line stays within 160 characters; --json has every answer
+            answers = answers[:93] + "..."
+        click.echo(f"{answers}\t{r['text'][:60]}")
 
 
 def _print_labels(rows: list[dict]) -> None:
