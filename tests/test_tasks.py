@@ -272,3 +272,15 @@ def test_a_task_is_calibrated_on_its_own_and_predict_gives_its_sets(tasks, asset
     assert set(student["calibration"]["tasks"]) == {"tone"}
     tasks.json("export", "all", "--onnx")
     assert tasks.json("predict", "all", "sports ball game", "--onnx")[0]["tasks"]["tone"]["set"] == answer["tone"]["set"]
+
+
+def test_the_html_report_of_a_several_task_workspace_leaves_the_multi_label_teacher_out(tasks, tmp_path):
+    import kamalcli
+    from kamalcli.report.gather import gather
+
+    tasks("probe", "--mc-samples", "2")
+    tasks("report", "--html", tmp_path / "report.html")
+    session = kamalcli.open(tasks.workspace).session
+    with session.reader() as store:
+        shown = {p.teacher for p in gather(session.workspace, store).probes}
+    assert shown == {"news", "money", "tone"}  # tagger's figures would read one softmax over independent labels

@@ -125,6 +125,8 @@ def gather(workspace, store, student_options=None) -> Report:
         dataset = datasets[dataset_id]
         if dataset.task == "token":  # per-word figures: the text report's token table and selection rows
             continue
+        if teachers[teacher_id].multi_label:  # its labels are not exclusive: no reliability of one softmax
+            continue
         if not dataset.has_labels:
             if dataset.name not in report.unlabelled:
                 report.unlabelled.append(dataset.name)
