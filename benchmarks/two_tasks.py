@@ -1,12 +1,7 @@
-"""two-tasks and multi-label (issue 67): one student for teachers of two tasks, each added with `--task`; and one
-for multi-label teachers (a sigmoid per label).
-
-Two default-student settings become the two tasks: their teachers (trained elsewhere, added as folders), their
-pools joined into one transfer set, each task tested on its own test rows (added with --role test after training).
-The README's path: `kamal synthesize --per-class 20`, `kamal probe`, `kamal amalgamate --method muki-hard`.
-Beside the student, per task: each teacher alone, the task's teachers' ensemble, the one-task default student and
-the logistic head on frozen minilm-l6 vectors (both from the default-student results), then size and speed against
-running the four teachers side by side.
+"""two-tasks (issue 67): the teachers of two default-student settings added with `--task`, their pools joined, the
+README's path (synthesize, probe, amalgamate --method muki-hard), each task tested on its own rows beside each
+teacher alone, the task's ensemble, the one-task default and the head reference (default-student's results), then
+size and speed against the four teachers side by side. multi-label: multi-label teachers (a sigmoid per label).
 """
 
 from __future__ import annotations
@@ -17,10 +12,7 @@ import time
 from common import RESULTS, WORK, Bench, markdown, write_results, write_rows
 from default_student import DEFAULT, DEFAULT_ROW, GENERATED, GENERATED_PER_CLASS, SETTINGS
 
-TASKS = {  # task: the default-student setting whose teachers, pool and test rows it takes
-    "topic": "two teachers {5,5}",
-    "intent": "intent: a weather skill and a date-time skill {7,7}",
-}
+TASKS = {"topic": "two teachers {5,5}", "intent": "intent: a weather skill and a date-time skill {7,7}"}
 STUDENT = "two-tasks-default"
 SPEED_ROWS = 512  # texts timed through the student and through every teacher, same batch and length
 
@@ -54,6 +46,7 @@ def two_tasks(bench: Bench) -> None:
     figures = {task: _task_figures(ws, student, task, setting, stored.get(TASKS[task], {}), bench)
                for task, setting in settings.items()}
     figures["cost"] = _cost(ws, student, [t for s in settings.values() for t in s.teachers], settings, bench)
+    figures["export"] = exported(ws, student, [r["text"] for s in settings.values() for r in s.tests(bench)["test"]])
     figures["train_seconds"] = next(s for s in ws.json("students") if s["name"] == student)["train"]["seconds"]
     write_results(bench, figures, table(figures))
 
@@ -61,10 +54,7 @@ def two_tasks(bench: Bench) -> None:
 def _task_figures(ws, student: str, task: str, setting, stored: dict, bench: Bench) -> dict:
     """The student on the task's test rows beside each teacher alone, the ensemble and the stored references."""
     data = f"test-{task}"
-
-    def cell(metrics: dict | None) -> dict | None:
-        return None if metrics is None else {k: metrics[k] for k in ("accuracy", "macro_f1")}
-
+    cell = lambda metrics: None if metrics is None else {k: metrics[k] for k in ("accuracy", "macro_f1")}  # noqa: E731
     members = [a for t in setting.teachers for a in ("--teacher", t)]
     one_task = stored.get("students", {}).get("realistic", {}).get(DEFAULT)
     return {
@@ -75,6 +65,16 @@ def _task_figures(ws, student: str, task: str, setting, stored: dict, bench: Ben
         "head_reference": ({k: stored["supervised_head"][k]["mean"] for k in ("accuracy", "macro_f1")}
                            if "supervised_head" in stored else cell(setting.head_reference(bench, bench.seeds[0]))),
     }
+
+
+def exported(ws, student: str, texts: list[str], rows: int = 200) -> dict:
+    """`kamal export --onnx` (parity against PyTorch); how often `predict --onnx` answers every task as `predict`."""
+    found = ws.json("export", student, "--onnx", "--force")
+    texts = texts[:rows]
+    torch_rows, onnx_rows = ws.json("predict", student, *texts), ws.json("predict", student, *texts, "--onnx")
+    answers = lambda row: [a.get("label", a.get("labels")) for _, a in sorted(row["tasks"].items())]  # noqa: E731
+    same = sum(answers(a) == answers(b) for a, b in zip(torch_rows, onnx_rows))
+    return {"parity": found["parity"], "size_bytes": found["size_bytes"], "rows": len(texts), "same_answers": same}
 
 
 def _cost(ws, student: str, teachers: list[str], settings: dict, bench: Bench) -> dict:
@@ -99,6 +99,13 @@ def _cost(ws, student: str, teachers: list[str], settings: dict, bench: Bench) -
                          for t in teachers}}
 
 
+def export_line(found: dict) -> str:
+    parity = found["parity"]
+    return (f"Its ONNX export ({found['size_bytes'] / 1e6:.0f} MB) matches PyTorch within {parity['max_abs_diff']:.1e} "
+            f"on the logits and {parity.get('tasks_max_abs_diff', 0):.1e} on each task's probabilities; `predict --onnx` "
+            f"gave every task's answer `predict` gave on {found['same_answers']} of {found['rows']} test texts.")
+
+
 def table(figures: dict) -> str:
     def pct(cell: dict | None) -> str:
         return "-" if cell is None else f"{100 * cell['accuracy']:.1f} / {100 * cell['macro_f1']:.1f}"
@@ -118,7 +125,7 @@ def table(figures: dict) -> str:
     speed = (f"One student: {cost['student']['parameters'] / 1e6:.1f} M parameters, {cost['student']['seconds']:.1f} s "
              f"for {cost['rows']} texts at {cost['max_length']} tokens on the CPU; the {len(cost['teachers'])} teachers "
              f"side by side: {params / 1e6:.1f} M, {seconds:.1f} s ({seconds / cost['student']['seconds']:.1f}x the "
-             f"time). Training the student took {figures['train_seconds'] / 60:.0f} minutes.")
+             f"time). Training the student took {figures['train_seconds'] / 60:.0f} minutes. {export_line(figures['export'])}")
     intro = ("Teachers of `" + "` and `".join(TASKS.values()) + "` added with `--task " + "` / `--task ".join(TASKS)
              + "`; one pool of both settings' rows; the README's path (`synthesize --per-class 20`, `probe`, "
              "`amalgamate --method muki-hard`, no options); each task tested on its own test rows. Accuracy / "
@@ -166,29 +173,27 @@ def multi_label(bench: Bench) -> None:
     rows = lemma_rows()
     ws = bench.init(WORK / f"{bench.profile.name}-multi-label")
     folders = {name: ws.root / "teachers" / name for name in HALVES}
-    for name, labels in HALVES.items():
-        if not ws.has_teacher(name):
-            bench.say(f"train multi-label teacher {name} on {', '.join(labels)}")
-            train_multi_label(folders[name], rows["teachers"], labels, bench)
-            ws("add-teacher", folders[name], "--name", name, "--task", "supersense", quiet=True)
+    for name, labels in ((n, ls) for n, ls in HALVES.items() if not ws.has_teacher(n)):
+        bench.say(f"train multi-label teacher {name} on {', '.join(labels)}")
+        train_multi_label(folders[name], rows["teachers"], labels, bench)
+        ws("add-teacher", folders[name], "--name", name, "--task", "supersense", quiet=True)
     data = {d["name"] for d in ws.json("data")}
     if "pool" not in data:
-        ws("add-data", write_rows(ws.root / "data" / "pool.jsonl", rows["pool"], labelled=False), "--name", "pool",
-           quiet=True)
+        ws("add-data", write_rows(ws.root / "data" / "pool.jsonl", rows["pool"], False), "--name", "pool", quiet=True)
     _, method, options, extra = DEFAULT_ROW
     student = bench.train_student(ws, "multi-label-default", method, [], bench.seeds[0], options, data="pool",
                                   extra=extra, default_budget=True)
-    if "test" not in data:
-        path = ws.root / "data" / "test.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows["test"]))
-        ws("add-data", path, "--name", "test", "--label-column", "labels", "--role", "test", quiet=True)
+    if "test" not in data:  # a row's labels as a JSON list
+        (ws.root / "data" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows["test"]))
+        ws("add-data", ws.root / "data" / "test.jsonl", "--name", "test", "--label-column", "labels", "--role", "test")
     keys = ("micro_f1", "macro_f1", "subset_accuracy")
     figures = {"student": {k: ws.json("eval", student, "--data", "test")[k] for k in keys},
                "ensemble": {k: ws.json("eval", "--baseline", "ensemble", "--teacher", "living-matter", "--teacher",
                                        "artifacts-minds", "--data", "test")[k] for k in keys},
                "head_reference": head_reference(rows["pool"], rows["test"]),
                "rows": {part: len(r) for part, r in rows.items()},
-               "multi": {part: sum(len(r["labels"]) > 1 for r in found) for part, found in rows.items()}}
+               "multi": {part: sum(len(r["labels"]) > 1 for r in found) for part, found in rows.items()},
+               "export": exported(ws, student, [r["text"] for r in rows["test"]])}
     write_results(bench, figures, multi_label_table(figures))
 
 
@@ -263,7 +268,8 @@ def multi_label_table(figures: dict) -> str:
             f"{n['test']} ({multi['test']}). Two multi-label teachers (minilm-l3, plain transformers, 6 labels each: "
             + ", ".join(f"{k}: {', '.join(v)}" for k, v in HALVES.items()) + ") added with `--task supersense`; "
             "`kamal amalgamate --method muki-hard` (the task's objective is multi-label). Micro-F1 / macro-F1 / exact "
-            "label sets %, one seed.\n\n" + markdown(["", "micro-F1 / macro-F1 / exact sets %"], rows))
+            "label sets %, one seed.\n\n" + markdown(["", "micro-F1 / macro-F1 / exact sets %"], rows)
+            + "\n\n" + export_line(figures["export"]))
 
 
 SCENARIOS = {"two-tasks": two_tasks, "multi-label": multi_label}
