@@ -41,8 +41,9 @@ def tasks(kamal, assets, trained, tmp_path):
     kamal("add-teacher", tiny.make_classifier(tmp_path / "tone", TONES, seed=21), "--name", "tone", "--task", "tone")
     kamal("add-teacher", multi_label_teacher(tmp_path / "tagger", TAGS, seed=22), "--name", "tagger", "--task", "tags")
     rows = tag_rows(tiny.topic_rows(["world", "sports", "business", "scitech"], 8, seed=31))
-    kamal("add-data", tiny.write_jsonl(tmp_path / "tags.jsonl", rows), "--name", "tags-test", "--label-column", "tags",
-          "--role", "test")
+    added = kamal("add-data", tiny.write_jsonl(tmp_path / "tags.jsonl", rows), "--name", "tags-test", "--label-column",
+                  "tags", "--role", "test")
+    assert "no teacher knows" not in added.output  # each row's labels, a JSON list, are the tagger's
     kamal("add-data", tmp_path / "tags.jsonl", "--name", "tone-test", "--label-column", "tone", "--role", "test")
     return kamal
 

@@ -415,9 +415,10 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
     counts = table.label_counts()
     if counts is not None:
         space = store.label_space(store.teachers_of_task("sequence"))
-        unknown = {label: n for label, n in counts.items() if not space.knows(label)}
+        unknown = {label: n for label, n in counts.items() if not _known_label(label, space)}
         if len(space) and unknown:
-            listed = ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items()))
+            listed = ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items())[:8])
+            listed += f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
             notes.append(
                 f"{sum(unknown.values())} of {table.num_rows} rows have labels no teacher knows: {listed}. "
                 "They are kept; evaluation counts them as errors and reports them separately."
@@ -430,6 +431,20 @@ def register_dataset(workspace, store, source: str, *, name: str | None, text_co
                       role=role, num_rows=table.num_rows, text_column=table.text_column,
                       label_column=table.label_column, columns=table.columns, label_counts=counts)
     return dataset, notes
+
+
+def _known_label(value: str, space) -> bool:
+    """A label a teacher knows, or a multi-label row's labels (a JSON list, kamalcli/heads.py) that all are."""
+    from kamalcli.heads import label_set
+
+    if space.knows(value):
+        return True
+    if not value.startswith("["):
+        return False
+    try:
+        return all(space.knows(name) for name in label_set(value))
+    except KamalError:
+        return False
 
 
 def _record(workspace, store, table, write, **fields):
