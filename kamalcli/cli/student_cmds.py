@@ -137,10 +137,12 @@ def students(app: App, as_json: bool) -> None:
     for s in found:
         latest = {}
         for e in evals[s.id]:
-            latest[e["data"]] = e["metrics"].get("entity_f1" if s.task == "token" else "accuracy")
+            metrics = e["metrics"]
+            latest[e["data"]] = metrics.get("entity_f1" if s.task == "token" else "micro_f1" if metrics.get(
+                "multi_label") else "accuracy")
         rows.append((s.name, s.method, s.parent or "-", [t["name"] for t in s.teachers], len(s.labels),
                      ", ".join(f"{d} {pct(a)}%" for d, a in latest.items()) or "-", s.select_by, _trust_cell(s)))
-    table("Students", ["name", "method", "parent", "teachers", "labels", "accuracy (token students: entity F1)",
+    table("Students", ["name", "method", "parent", "teachers", "labels", "accuracy (entity F1, multi-label micro-F1)",
                        "selected by", "scope / sets"], rows,
           empty="none yet (kamal amalgamate --method muki-hard)")
 
