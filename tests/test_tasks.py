@@ -285,3 +285,21 @@ def test_the_html_report_of_a_several_task_workspace_leaves_the_multi_label_teac
     with session.reader() as store:
         shown = {p.teacher for p in gather(session.workspace, store).probes}
     assert shown == {"news", "money", "tone"}  # tagger's figures would read one softmax over independent labels
+
+
+def test_a_multi_label_student_alone_trains_evaluates_predicts_and_exports(kamal, assets, tmp_path):
+    kamal("add-teacher", multi_label_teacher(tmp_path / "tagger", TAGS, seed=22), "--name", "tagger", "--task", "tags")
+    kamal("add-data", assets["pool"], "--name", "pool")
+    rows = tag_rows(tiny.topic_rows(["world", "sports", "business", "scitech"], 8, seed=31))
+    kamal("add-data", tiny.write_jsonl(tmp_path / "tags.jsonl", rows), "--name", "tags-test", "--label-column", "tags",
+          "--role", "test")
+    out = kamal("amalgamate", "--method", "muki-hard", "--name", "tags", "--student", assets["encoder"], *TRAIN).output
+    assert "Task tags: multi-label on tagger." in out
+    student = next(s for s in kamal.json("students") if s["name"] == "tags")
+    assert student["labels"] == ["tags/short", "tags/sporty", "tags/money"]
+    metrics = kamal.json("eval", "tags", "--data", "tags-test")
+    assert metrics["task"] == "tags" and metrics["rows"] == 32 and 0 <= metrics["micro_f1"] <= 1
+    exported = kamal.json("export", "tags", "--onnx")
+    assert exported["parity"]["tasks_max_abs_diff"] < 1e-4
+    texts = ["sports ball game", "money bank stock"]
+    assert _close(kamal.json("predict", "tags", *texts, "--onnx"), kamal.json("predict", "tags", *texts))

@@ -163,7 +163,7 @@ def plan(store, request: AmalgamateRequest) -> Job:
     teachers = [store.teacher(n) for n in request.teachers] if request.teachers else store.teachers()
     if not teachers:
         raise KamalError("no teachers: register some with `kamal add-teacher FOLDER`")
-    if len(teachers) < 2 and reads_confidences(method, options):
+    if len(teachers) < 2 and reads_confidences(method, options) and not several_heads(teachers):
         raise KamalError(
             f"{method.name} chooses among teachers and needs at least two; there is only {teachers[0].name} "
             "(distil one teacher with vanilla-kd, or add another teacher)"
