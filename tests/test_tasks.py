@@ -170,13 +170,15 @@ def test_heads_read_their_own_columns():
     assert label_set('["x", "y"]') == ["x", "y"] and label_set("x, y") == ["x", "y"] and label_set("[]") == []
 
 
-def test_a_student_of_three_tasks_exports_with_an_output_per_task(tasks, assets):
+def test_a_task_is_calibrated_and_the_student_exports_with_an_output_per_task(tasks, assets, tmp_path):
     import onnxruntime as ort
 
     tasks("amalgamate", "--method", "vanilla-kd", "--name", "all", "--student", assets["encoder"], *TRAIN)
     tasks("eval", "all", "--data", "tags-test")
     tasks("eval", "all", "--data", "test")
+    answer = _one_task_calibrated(tasks, tmp_path)
     exported = tasks.json("export", "all", "--onnx")
+    assert tasks.json("predict", "all", "sports ball game", "--onnx")[0]["tasks"]["tone"]["set"] == answer["tone"]["set"]
     folder = exported["path"]
     manifest = json.loads(open(folder + "/export.json").read())
     assert manifest["outputs"] == ["logits", "features", "probabilities_default", "probabilities_tone",
@@ -193,6 +195,25 @@ def test_a_student_of_three_tasks_exports_with_an_output_per_task(tasks, assets)
     assert "## Tasks" in open(hf["path"] + "/README.md").read()
 
 
+def _one_task_calibrated(tasks, tmp_path) -> dict:
+    """Task tone calibrated (kamal calibrate), its set in predict and its coverage in eval; predict's answers."""
+    tasks("add-data", tmp_path / "tags.jsonl", "--name", "tone-cal", "--label-column", "tone", "--role", "eval")
+    found = tasks.json("calibrate", "all", "--data", "tone-cal", "--coverage", "0.8")
+    assert found["notes"][0] == "Task tone." and found["rows"] == 32
+    assert "is a test set" in tasks("calibrate", "all", "--data", "tags-test", code=2).output
+    tasks("add-data", tmp_path / "tags.jsonl", "--name", "tags-cal", "--label-column", "tags", "--role", "eval")
+    assert "task tags is multi-label" in tasks("calibrate", "all", "--data", "tags-cal", code=2).output
+    answer = tasks.json("predict", "all", "sports ball game")[0]["tasks"]
+    assert set(answer["tone"]["set"]) <= set(TONES) and (answer["tone"]["label"] in answer["tone"]["set"]
+                                                          or answer["tone"]["set"] == [])
+    assert "set" not in answer["default"]
+    tone = tasks.json("eval", "all", "--data", "tone-test")
+    assert tone["conformal"]["coverage_asked"] == 0.8 and tone["conformal"]["calibration_rows"] == 32
+    student = next(s for s in tasks.json("students") if s["name"] == "all")
+    assert set(student["calibration"]["tasks"]) == {"tone"}
+    return answer
+
+
 def _close(a, b, tolerance=1e-4) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_close(a[k], b[k], tolerance) for k in a)
@@ -203,7 +224,7 @@ def _close(a, b, tolerance=1e-4) -> bool:
     return a == b
 
 
-def test_muki_hard_decides_a_recipe_per_task_and_probe_selects_within_a_task(tasks, assets):
+def test_muki_hard_decides_a_recipe_per_task_and_probe_and_report_see_tasks(tasks, assets):
     out = tasks("probe", "--mc-samples", "2").output
     assert "Teacher selection on test, task default" in out  # news against money; tone alone and tags pick nothing
     assert "task tone" not in out and "task tags" not in out
@@ -211,11 +232,23 @@ def test_muki_hard_decides_a_recipe_per_task_and_probe_selects_within_a_task(tas
     report = tasks("report").output
     assert "tagger: multi-label (a sigmoid per label), so the figures above" in report
     assert all(row.get("mean_uhat") is None for row in tasks.json("report")["probes"] if row["teacher"] == "tagger")
+    _html_report_leaves_the_multi_label_teacher_out(tasks)
     out = tasks("amalgamate", "--method", "muki-hard", "--name", "m", "--student", assets["encoder"], *TRAIN).output
     assert "Task default: muki-hard on news, money." in out and "Task tone: vanilla-kd on tone." in out
     student = next(s for s in tasks.json("students") if s["name"] == "m")
     assert set(student["train"]["recipe"]["tasks"]) <= {"default"}
     assert tasks.json("eval", "m", "--data", "test")["task"] == "default"
+
+
+def _html_report_leaves_the_multi_label_teacher_out(tasks):
+    import kamalcli
+    from kamalcli.report.gather import gather
+
+    tasks("report", "--html", tasks.workspace / "report.html")
+    session = kamalcli.open(tasks.workspace).session
+    with session.reader() as store:
+        shown = {p.teacher for p in gather(session.workspace, store).probes}
+    assert shown == {"news", "money", "tone"}  # tagger's figures would read one softmax over independent labels
 
 
 def _selection_rows(kamal):
@@ -253,38 +286,6 @@ def test_a_several_task_run_resumes_bit_for_bit(tasks, assets, interrupt_trainin
     paths = {s["name"]: s["path"] for s in tasks.json("students")}
     a, b = (load_file(paths[name] + "/model.safetensors") for name in ("straight", "cut"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-
-
-def test_a_task_is_calibrated_on_its_own_and_predict_gives_its_sets(tasks, assets, tmp_path):
-    tasks("amalgamate", "--method", "vanilla-kd", "--name", "all", "--student", assets["encoder"], *TRAIN)
-    tasks("add-data", tmp_path / "tags.jsonl", "--name", "tone-cal", "--label-column", "tone", "--role", "eval")
-    found = tasks.json("calibrate", "all", "--data", "tone-cal", "--coverage", "0.8")
-    assert found["notes"][0] == "Task tone." and found["rows"] == 32
-    assert "is a test set" in tasks("calibrate", "all", "--data", "tags-test", code=2).output
-    tasks("add-data", tmp_path / "tags.jsonl", "--name", "tags-cal", "--label-column", "tags", "--role", "eval")
-    assert "task tags is multi-label" in tasks("calibrate", "all", "--data", "tags-cal", code=2).output
-    answer = tasks.json("predict", "all", "sports ball game")[0]["tasks"]
-    assert set(answer["tone"]["set"]) <= set(TONES) and answer["tone"]["label"] in answer["tone"]["set"] \
-        or answer["tone"]["set"] == []
-    assert "set" not in answer["default"]
-    tone = tasks.json("eval", "all", "--data", "tone-test")
-    assert tone["conformal"]["coverage_asked"] == 0.8 and tone["conformal"]["calibration_rows"] == 32
-    student = next(s for s in tasks.json("students") if s["name"] == "all")
-    assert set(student["calibration"]["tasks"]) == {"tone"}
-    tasks.json("export", "all", "--onnx")
-    assert tasks.json("predict", "all", "sports ball game", "--onnx")[0]["tasks"]["tone"]["set"] == answer["tone"]["set"]
-
-
-def test_the_html_report_of_a_several_task_workspace_leaves_the_multi_label_teacher_out(tasks, tmp_path):
-    import kamalcli
-    from kamalcli.report.gather import gather
-
-    tasks("probe", "--mc-samples", "2")
-    tasks("report", "--html", tmp_path / "report.html")
-    session = kamalcli.open(tasks.workspace).session
-    with session.reader() as store:
-        shown = {p.teacher for p in gather(session.workspace, store).probes}
-    assert shown == {"news", "money", "tone"}  # tagger's figures would read one softmax over independent labels
 
 
 def test_a_multi_label_student_alone_trains_evaluates_predicts_and_exports(kamal, assets, tmp_path):
