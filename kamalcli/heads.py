@@ -62,6 +62,13 @@ def tasks_of(teachers) -> list[TaskTeachers]:
     return [TaskTeachers(name, tuple(group), group[0].multi_label) for name, group in order.items()]
 
 
+def several_heads(teachers) -> bool:
+    """Whether these teachers make a student of several heads (or of one multi-label head): not the one-task
+    student kamal has always made."""
+    tasks = tasks_of(teachers)
+    return len(tasks) > 1 or any(task.multi_label for task in tasks)
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # exact, and no overflow warning for large |x|
 
@@ -110,8 +117,12 @@ def head_named(heads: Sequence[Head], name: str) -> Head:
     return found[0]
 
 
-def task_of_labels(heads, gold: list[str], data_name: str):
-    """The task whose labels most of the gold labels are (a multi-label task's: every name of a row's set)."""
+def task_of_labels(heads, gold: list[str], data_name: str, named: str | None = None) -> Head:
+    """The task named (--task), else the one whose labels most of the gold labels are (a multi-label task's: every
+    name of a row's set)."""
+    if named is not None:
+        return head_named(heads, named)
+
     def share(head) -> float:
         known = set(head.labels)
         fits = [set(label_set(g)) <= known if head.multi_label else g in known for g in gold]

@@ -38,7 +38,7 @@ def teachers(app: App, as_json: bool) -> None:
     """The registered teachers and their labels, in registration order."""
     from pathlib import Path
 
-    from kamalcli.heads import tasks_of
+    from kamalcli.heads import several_heads, tasks_of
     from kamalcli.models.folder import missing_folder_line
     from kamalcli.probe.teacher_weights import changed_line, changed_on_disk
     from kamalcli.teachers.label_merges import label_classes
@@ -46,6 +46,9 @@ def teachers(app: App, as_json: bool) -> None:
     with app.reader() as store:
         found = store.teachers()
         spaces = {task: store.label_space([t for t in found if t.task == task]) for task in ("sequence", "token")}
+        text_teachers = [t for t in found if t.task == "sequence"]  # several tasks: each task's labels apart
+        by_task = [(task, store.label_space(list(task.teachers))) for task in tasks_of(text_teachers)] \
+            if several_heads(text_teachers) else []
         merged = label_classes(store)
     changed = changed_on_disk(found)  # read without recording: the next probe or amalgamate records it
     missing = {t.id for t in found if not Path(t.path).is_dir()}
@@ -68,13 +71,10 @@ def teachers(app: App, as_json: bool) -> None:
           t.dropout, t.origin, t.fingerprint[:12] + _disk_state(t.id, changed, missing)) for t in found],
         empty="none yet (kamal add-teacher FOLDER)",
     )
-    tasks = tasks_of([t for t in found if t.task == "sequence"])
-    if len(tasks) > 1 or (tasks and tasks[0].multi_label):
-        with app.reader() as store:
-            for task in tasks:
-                space = store.label_space(list(task.teachers))
-                kind = ", multi-label" if task.multi_label else ""
-                click.echo(f"Labels of task {task.name} ({len(space)}{kind}): {', '.join(space.names)}")
+    for task, space in by_task:
+        kind = ", multi-label" if task.multi_label else ""
+        click.echo(f"Labels of task {task.name} ({len(space)}{kind}): {', '.join(space.names)}")
+    if by_task:
         spaces.pop("sequence")
     for task, space in spaces.items():
         if len(space):

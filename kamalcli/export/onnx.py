@@ -257,11 +257,10 @@ def task_output(task: str) -> str:
 
 def model_heads(model) -> list:
     """A several-task student's heads (kamalcli/heads.py); none for a one-task student or a token model."""
-    from kamalcli.heads import heads_of_config, is_plain
+    from kamalcli.heads import KEY
 
-    config = model.config.to_dict()
-    heads = heads_of_config(config, [config.get("id2label", {})[k] for k in sorted(config.get("id2label", {}), key=int)])
-    return [] if is_plain(heads) or is_token_classifier(model) else heads
+    listed = getattr(model.config, KEY, None)
+    return laid_out(listed) if listed and not is_token_classifier(model) else []
 
 
 def _task_parity(path: Path, batches: _Batches, reference: np.ndarray, heads, rows: int) -> dict:

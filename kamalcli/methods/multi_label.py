@@ -8,20 +8,11 @@ methods applies: they select among, or mix, softmax distributions over exclusive
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from kamalcli.heads import sigmoid
-from kamalcli.methods.base import Method, Objective, Options, TeacherOutputs, require
-
-
-@dataclass(frozen=True)
-class MultiLabelOptions(Options):
-    temperature: float = 1.0
-
-    def check(self) -> None:
-        require(self.temperature > 0, "temperature must be above 0")
+from kamalcli.methods.base import Method, Objective, TeacherOutputs
+from kamalcli.methods.vanilla_kd import KDOptions
 
 
 def multi_label_target(outputs: TeacherOutputs, temperature: float = 1.0) -> np.ndarray:
@@ -35,7 +26,7 @@ def multi_label_target(outputs: TeacherOutputs, temperature: float = 1.0) -> np.
     return total / np.maximum(count, 1)
 
 
-def build_multi_label(outputs: TeacherOutputs, options: MultiLabelOptions) -> Objective:
+def build_multi_label(outputs: TeacherOutputs, options: KDOptions) -> Objective:
     from kamalcli.methods.losses import binary_kd_loss
 
     target = multi_label_target(outputs, options.temperature)
@@ -44,4 +35,4 @@ def build_multi_label(outputs: TeacherOutputs, options: MultiLabelOptions) -> Ob
 
 
 MULTI_LABEL = Method("multi-label", "each label's mean teacher sigmoid, learnt by binary cross-entropy",
-                     MultiLabelOptions, build_multi_label)
+                     KDOptions, build_multi_label)

@@ -248,19 +248,19 @@ def _measure_selection(runner: Runner, store, teachers, datasets, plan: FitPlan,
     # teachers are selected among within a task: a multi-label task's labels are not exclusive, nothing to select
     groups = [list(task.teachers) for task in tasks_of(teachers) if not task.multi_label]
     for group in groups:
-        named = (lambda d: d.name) if len(groups) == 1 else (lambda d, task=group[0].head_name: f"{d.name}, task {task}")
+        task = "" if len(groups) == 1 else f", task {group[0].head_name}"  # keys name the task when there are several
         for dataset in datasets:
             result = runner.measure_selection(dataset, group)
             if result:
-                summary["selection"][named(dataset)] = result
+                summary["selection"][dataset.name + task] = result
         if len(group) < 2 or decide_score is None:
             continue
         given = plan.dataset.name if plan.source == "given" else None
         decision = decide_score(runner.workspace, store, group, given, resolve_device(runner.device))
-        summary["auto" if len(groups) == 1 else f"auto, task {group[0].head_name}"] = decision.as_json()
+        summary["auto" + task] = decision.as_json()
         for dataset in datasets:
-            if named(dataset) in summary["selection"]:
-                runner.add_auto_row(dataset, summary["selection"][named(dataset)], decision.value, group)
+            if dataset.name + task in summary["selection"]:
+                runner.add_auto_row(dataset, summary["selection"][dataset.name + task], decision.value, group)
 
 
 def probe_workspace(workspace, store, request: ProbeRequest, *, teacher_names=(), dataset_names=(),

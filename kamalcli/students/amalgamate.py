@@ -15,7 +15,7 @@ from kamalcli.probe.runner import ProbeRequest
 from kamalcli.probe.teacher_weights import refresh_teachers
 from kamalcli.recipe.recipe import Recipe, plan_recipe
 from kamalcli.students.plan import (AmalgamateRequest, Job, options_need_rmd, pin_label_aliases, plan,
-                                    reads_confidences, transfer_note)
+                                    reads_confidences, transfer_note, with_recipe)
 from kamalcli.students.problem import build_problem, cached_head_states
 
 
@@ -61,18 +61,16 @@ def _decide_recipe(workspace, store, job: Job) -> Job:
     """The recipe decided once (kamalcli/recipe/recipe.py) and recorded in the request, with what a fitted score's
     RMD and prototypes are fitted on: every process and a resumed run train with the same. A student of several
     tasks records each task's recipe, decided on that task's teachers alone."""
-    from kamalcli.students.multi_head import several_heads, task_jobs
+    from kamalcli.heads import several_heads
+    from kamalcli.students.multi_head import task_jobs, task_name
 
     if job.request.recipe is not None or job.task == "token":
         return job
     if several_heads(job.teachers):
-        tasks = {sub.teachers[0].head_name: _recipe_of(workspace, store, sub) for sub in task_jobs(job)}
+        tasks = {task_name(sub): _recipe_of(workspace, store, sub) for sub in task_jobs(job)}
         return replace(job, request=replace(job.request, recipe={"tasks": {k: v for k, v in tasks.items() if v}}))
     recipe = _recipe_of(workspace, store, job)
-    if recipe is None:
-        return job
-    return replace(job, request=replace(job.request, recipe=recipe,
-                                        rmd_fit=Recipe.from_json(recipe).value("fit") or job.request.rmd_fit))
+    return job if recipe is None else replace(job, request=with_recipe(job.request, recipe))
 
 
 def _recipe_of(workspace, store, job: Job) -> dict | None:
@@ -86,7 +84,8 @@ def _recipe_of(workspace, store, job: Job) -> dict | None:
 def _say_plan(store, job: Job, say, detail) -> None:
     """Once the request is accepted (a refused one is one line): the transfer set chosen and the recipe's table;
     with --verbose (detail), the evidence behind each decision."""
-    from kamalcli.students.multi_head import method_line, several_heads, task_jobs
+    from kamalcli.heads import several_heads
+    from kamalcli.students.multi_head import method_line, task_jobs, task_name
 
     for line in [transfer_note(store, job), _student_line(job), *job.recipe.table()]:
         if line:
@@ -94,7 +93,7 @@ def _say_plan(store, job: Job, say, detail) -> None:
     for line in job.recipe.lines() if detail else []:
         detail(line)
     for sub in task_jobs(job) if job.task == "sequence" and several_heads(job.teachers) else []:
-        for line in [method_line(sub), *sub.recipe.table(f"Recipe of task {sub.teachers[0].head_name}:")]:
+        for line in [method_line(sub), *sub.recipe.table(f"Recipe of task {task_name(sub)}:")]:
             say(line)
         for line in sub.recipe.lines() if detail else []:
             detail(line)

@@ -49,14 +49,14 @@ def task_metrics(logits: np.ndarray, gold: list[str], heads, task: str | None, d
                  calibrations: dict | None = None) -> dict:
     """A several-task student's figures on the task whose labels the gold labels are: accuracy and macro-F1 for a
     single-label task; micro- and macro-F1, subset accuracy and per-label F1 at THRESHOLD for a multi-label one."""
-    from kamalcli.heads import THRESHOLD, head_named, task_of_labels
+    from kamalcli.heads import THRESHOLD, task_of_labels
     from kamalcli.trust.conformal import coverage_and_size
 
     calibrations = calibrations or {}
-    head = head_named(heads, task) if task is not None else task_of_labels(heads, gold, data_name)
+    head = task_of_labels(heads, gold, data_name, task)
     if head.multi_label:
-        on, truth, unknown = head.probabilities(logits) >= THRESHOLD, *_label_matrix(gold, head.labels)
-        metrics = multi_label_metrics(on, truth, list(head.labels))
+        truth, unknown = _label_matrix(gold, head.labels)
+        metrics = multi_label_metrics(head.probabilities(logits) >= THRESHOLD, truth, list(head.labels))
         metrics.update(unknown_label_rows=unknown, threshold=THRESHOLD, multi_label=True)
     else:
         gold_idx = label_indices(gold, head.labels)

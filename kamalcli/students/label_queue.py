@@ -35,6 +35,7 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
     from kamalcli.methods.vanilla_kd import union_logits
     from kamalcli.probe.outputs import teacher_outputs
     from kamalcli.probe.runner import Runner
+    from kamalcli.heads import several_heads
     from kamalcli.probe.teacher_weights import refresh_teachers
 
     if dataset.task != "sequence":
@@ -46,7 +47,7 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
     teachers = store.teachers_of_task("sequence")
     if not teachers:
         raise KamalError("no text teachers registered: the queue ranks rows by how the teachers disagree")
-    if len({t.head_name for t in teachers}) > 1 or teachers[0].multi_label:
+    if several_heads(teachers):
         raise KamalError("the teachers answer several tasks (or one multi-label task), and the queue ranks rows for "
                          "one task's exclusive labels: it is not built for them yet")
     teachers = refresh_teachers(workspace, store, teachers, say)

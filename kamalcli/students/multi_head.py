@@ -14,35 +14,14 @@ from dataclasses import replace
 import numpy as np
 
 from kamalcli.errors import KamalError
-from kamalcli.heads import Head, TaskTeachers, is_plain, tasks_of
-
-
-def several_heads(teachers) -> bool:
-    """Whether these teachers make a student of several heads (or one multi-label head)."""
-    tasks = tasks_of(teachers)
-    return not is_plain([Head(t.name, (), t.multi_label) for t in tasks])
-
-
-def check_several_heads(request, method, train) -> None:
-    """What a student of several tasks does not do yet, refused before any work in one line each."""
-    refused = [
-        (method.level == "feature", f"{method.name} learns from teacher features, which no task owns"),
-        (bool(request.parent), "kamal extend grows a one-task student"),
-        (bool(request.init), "--init merge starts a one-task student"),
-        (bool(request.gold), "--gold labels one task's classes"),
-        (request.select_by != "transfer-loss", "--select-by eval:NAME scores one task"),
-        (train.fit != "all", f"--fit {train.fit} trains one head"),
-    ]
-    for refuse, why in refused:
-        if refuse:
-            raise KamalError(f"these teachers answer several tasks, and {why}: amalgamate them with an output-level "
-                             "method, or one task at a time with --teacher NAME")
+from kamalcli.heads import Head, TaskTeachers, tasks_of
 
 
 def task_job(job, task: TaskTeachers, recipe: dict | None = None):
     """The job of one task: its teachers, its method (multi-label, or vanilla-kd for one teacher) and recipe."""
     from kamalcli.methods import get_method
     from kamalcli.methods.multi_label import MULTI_LABEL
+    from kamalcli.students.plan import with_recipe
 
     method, options = job.method, job.options
     if task.multi_label:
@@ -50,11 +29,8 @@ def task_job(job, task: TaskTeachers, recipe: dict | None = None):
     elif len(task.teachers) == 1 and job.method.confidences:
         method = get_method("vanilla-kd")
         options = method.options()
-    from kamalcli.recipe.recipe import Recipe
-
-    rmd_fit = Recipe.from_json(recipe).value("fit") or job.request.rmd_fit
     return replace(job, teachers=task.teachers, method=method, options=options,
-                   request=replace(job.request, recipe=recipe, rmd_fit=rmd_fit))
+                   request=with_recipe(job.request, recipe))
 
 
 def task_jobs(job) -> list:
@@ -63,9 +39,14 @@ def task_jobs(job) -> list:
     return [task_job(job, task, recipes.get(task.name)) for task in tasks_of(job.teachers)]
 
 
+def task_name(task_job_) -> str:
+    """The task a task_job trains (its teachers all answer it)."""
+    return task_job_.teachers[0].head_name
+
+
 def method_line(task_job_) -> str:
     teachers = ", ".join(t.name for t in task_job_.teachers)
-    return f"Task {task_job_.teachers[0].head_name}: {task_job_.method.name} on {teachers}."
+    return f"Task {task_name(task_job_)}: {task_job_.method.name} on {teachers}."
 
 
 def combined_objective(objectives: list, heads: list[Head]):

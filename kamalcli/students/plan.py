@@ -39,6 +39,11 @@ class AmalgamateRequest:
         return asdict(self)
 
 
+def with_recipe(request: AmalgamateRequest, recipe: dict | None) -> AmalgamateRequest:
+    """The request with the recipe decided for it (Recipe.as_json, or None), and RMD fitted on what it chose."""
+    return replace(request, recipe=recipe, rmd_fit=Recipe.from_json(recipe).value("fit") or request.rmd_fit)
+
+
 @dataclass(frozen=True)
 class Job:
     """A request checked, and what it resolves to: every later step of amalgamate and extend reads this."""
@@ -153,7 +158,7 @@ def plan(store, request: AmalgamateRequest) -> Job:
     """Everything checked before any work: method, options, teachers, data, name, training settings."""
     from kamalcli.methods import REGISTRY, get_method
     from kamalcli.names import check_name
-    from kamalcli.students.multi_head import check_several_heads, several_heads
+    from kamalcli.heads import several_heads
     from kamalcli.train.loop import TrainConfig
 
     method = get_method(request.method)
@@ -204,6 +209,22 @@ def plan(store, request: AmalgamateRequest) -> Job:
         check_several_heads(request, method, train)
     request = replace(request, name=name, init=canonical_init(request.init))
     return Job(request, method, options, tuple(teachers), dataset, train)
+
+
+def check_several_heads(request, method, train) -> None:
+    """What a student of several tasks does not do yet, refused before any work in one line each."""
+    refused = [
+        (method.level == "feature", f"{method.name} learns from teacher features, which no task owns"),
+        (bool(request.parent), "kamal extend grows a one-task student"),
+        (bool(request.init), "--init merge starts a one-task student"),
+        (bool(request.gold), "--gold labels one task's classes"),
+        (request.select_by != "transfer-loss", "--select-by eval:NAME scores one task"),
+        (train.fit != "all", f"--fit {train.fit} trains one head"),
+    ]
+    for refuse, why in refused:
+        if refuse:
+            raise KamalError(f"these teachers answer several tasks, and {why}: amalgamate them with an output-level "
+                             "method, or one task at a time with --teacher NAME")
 
 
 def check_fit_for(fit: str, method, task: str) -> None:

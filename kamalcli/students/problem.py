@@ -42,7 +42,7 @@ class Problem:
 
 def build_problem(workspace, store, job: Job, probe_request, workdir, run_id, say, read_only: bool = False) -> Problem:
     """job: the checked request, with its recipe (kamalcli/students/plan.py)."""
-    from kamalcli.students.multi_head import several_heads
+    from kamalcli.heads import several_heads
 
     if job.task == "token":
         build = token_problem
@@ -101,21 +101,21 @@ def heads_problem(workspace, store, job, probe_request, workdir, run_id, say, re
     from kamalcli.models.bases import resolve_model_source
     from kamalcli.models.batching import encode
     from kamalcli.models.loading import build_student, load_tokenizer
-    from kamalcli.heads import Head, column_names, laid_out
-    from kamalcli.students.multi_head import combined_objective, task_jobs
+    from kamalcli.heads import KEY, Head, column_names, laid_out
+    from kamalcli.students.multi_head import combined_objective, task_jobs, task_name
     from kamalcli.train.evaluate import HeldOutLoss
 
     heads, objectives, probes = [], [], {}
     for sub in task_jobs(job):
         outputs, task_probes, _ = _probed_outputs(workspace, store, sub, probe_request, run_id, say, read_only)
         objectives.append(sub.method.build(outputs, sub.training_options))
-        heads.append(Head(sub.teachers[0].head_name, tuple(outputs.space.names), sub.method.name == "multi-label"))
+        heads.append(Head(task_name(sub), tuple(outputs.space.names), sub.teachers[0].multi_label))
         probes.update({t.id: p for t, p in zip(sub.teachers, task_probes)})
     heads = laid_out(heads)
     request, train_config = job.request, job.train
     base = resolve_model_source(request.student)
     model = build_student(base, column_names(heads), num_layers=request.student_layers, seed=train_config.seed)
-    model.config.update({"kamal_heads": [h.as_json() for h in heads]})
+    model.config.update({KEY: [h.as_json() for h in heads]})
     tokenizer = load_tokenizer(base)
     texts, _ = load_dataset_rows(job.dataset)
     encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)

@@ -114,11 +114,11 @@ def _calibrate_task(store, student, dataset, heads, coverage: float, device: str
     from kamalcli.data.text import load_labelled_rows
     from kamalcli.labels import label_indices
     from kamalcli.models.inference import classifier_logits
-    from kamalcli.heads import head_named, task_of_labels
+    from kamalcli.heads import task_of_labels
 
     folder = student.folder
     texts, gold = load_labelled_rows(dataset)
-    head = head_named(heads, task) if task is not None else task_of_labels(heads, gold, dataset.name)
+    head = task_of_labels(heads, gold, dataset.name, task)
     if head.multi_label:
         raise KamalError(f"task {head.name} is multi-label: its prediction sets (a set per label) are not built yet")
     index = label_indices(gold, head.labels)
