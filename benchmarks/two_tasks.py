@@ -45,6 +45,7 @@ def two_tasks(bench: Bench) -> None:
     stored = json.loads((RESULTS / f"default-student-{bench.profile.name}.json").read_text())
     figures = {task: _task_figures(ws, student, task, setting, stored.get(TASKS[task], {}), bench)
                for task, setting in settings.items()}
+    figures["extended"] = _extended(ws, settings, bench)
     figures["cost"] = _cost(ws, student, [t for s in settings.values() for t in s.teachers], settings, bench)
     figures["export"] = exported(ws, student, [r["text"] for s in settings.values() for r in s.tests(bench)["test"]])
     figures["train_seconds"] = next(s for s in ws.json("students") if s["name"] == student)["train"]["seconds"]
@@ -65,6 +66,26 @@ def _task_figures(ws, student: str, task: str, setting, stored: dict, bench: Ben
         "head_reference": ({k: stored["supervised_head"][k]["mean"] for k in ("accuracy", "macro_f1")}
                            if "supervised_head" in stored else cell(_debian_head_reference(bench))),
     }
+
+
+def _extended(ws, settings: dict, bench: Bench) -> dict:
+    """The first task's student alone (the README's path, its teachers only), then `kamal extend` with the second
+    task's teachers: each task of the grown student, and the first task before it grew."""
+    first, second = TASKS
+    _, method, options, extra = DEFAULT_ROW
+    alone = bench.train_student(ws, f"{first}-only", method, list(settings[first].teachers), bench.seeds[0], options,
+                                data="pool", extra=extra, default_budget=True)
+    grown = f"{alone}-then-{second}"
+    if not ws.has_student(grown):
+        bench.say(f"kamal extend {alone} with the {second} teachers")
+        ws("extend", alone, *[a for t in settings[second].teachers for a in ("--teacher", t)], "--name", grown,
+           "--data", "pool", "--mc-samples", str(bench.profile.mc_samples),
+           *bench.profile.train_args(None, bench.seeds[0]), quiet=True)
+    cell = lambda metrics: {k: metrics[k] for k in ("accuracy", "macro_f1")}  # noqa: E731
+    seconds = {s["name"]: s["train"]["seconds"] for s in ws.json("students")}
+    return {"before": cell(ws.json("eval", alone, "--data", f"test-{first}")),
+            **{task: cell(ws.json("eval", grown, "--data", f"test-{task}", "--task", task)) for task in TASKS},
+            "train_seconds": {"alone": seconds[alone], "extend": seconds[grown]}}
 
 
 def _debian_head_reference(bench: Bench) -> dict:
@@ -125,6 +146,12 @@ def table(figures: dict) -> str:
         rows += [[f"{task}: the teachers' ensemble", pct(f["ensemble"])],
                  [f"{task}: kamal's one-task default (its own pool; default-student)", pct(f["one_task_default"])],
                  [f"{task}: logistic head on frozen minilm-l6, pool's gold labels", pct(f["head_reference"])]]
+    if "extended" in figures:
+        first, second = TASKS
+        grown = figures["extended"]
+        rows += [[f"{first}: its student alone, before extend", pct(grown["before"])],
+                 [f"{first}: that student extended with the {second} teachers (`kamal extend`)", pct(grown[first])],
+                 [f"{second}: the extended student", pct(grown[second])]]
     cost = figures["cost"]
     teachers = cost["teachers"].values()
     params = sum(t["parameters"] for t in teachers)

@@ -20,13 +20,13 @@ def test_a_student_goes_with_its_folder_and_workspace_exports_and_outside_export
 
 
 def test_a_student_registered_as_a_teacher_is_kept_until_that_teacher_goes(kd_student, ws):
-    from kamalcli.students.extend import student_as_teacher
+    from kamalcli.students.extend import student_as_teachers
     from kamalcli.workspace.folder import Workspace
     from kamalcli.workspace.store import Store
 
     store = Store.open(Workspace(ws))
     try:
-        teacher = student_as_teacher(Workspace(ws), store, store.student("kd"), say=lambda line: None)
+        [teacher] = student_as_teachers(Workspace(ws), store, store.student("kd"), say=lambda line: None)
     finally:
         store.close()
     refused = kd_student("remove-student", "kd", code=2).stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import numpy as np
@@ -173,8 +174,9 @@ def test_heads_read_their_own_columns():
 def test_a_task_is_calibrated_and_the_student_exports_with_an_output_per_task(tasks, assets, tmp_path):
     import onnxruntime as ort
 
-    tasks("amalgamate", "--method", "vanilla-kd", "--name", "all", "--student", assets["encoder"], *TRAIN)
-    tasks("eval", "all", "--data", "tags-test")
+    out = tasks("amalgamate", "--method", "vanilla-kd", "--name", "all", "--student", assets["encoder"], *TRAIN).output
+    assert "Scope: a score per task fitted on 240 rows of pool" in out
+    _scoped_per_task(tasks)
     tasks("eval", "all", "--data", "test")
     answer = _one_task_calibrated(tasks, tmp_path)
     exported = tasks.json("export", "all", "--onnx")
@@ -191,8 +193,29 @@ def test_a_task_is_calibrated_and_the_student_exports_with_an_output_per_task(ta
     assert _close(tasks.json("predict", "all", *texts, "--onnx"), tasks.json("predict", "all", *texts))
     card = open(folder + "/README.md").read()
     assert "## Tasks" in card and "| tags | multi-label" in card and "micro-F1" in card
+    assert "Out of scope of task tone" in card and os.path.isfile(folder + "/scope-tasks.npz")
     hf = tasks.json("export", "all", "--hf")
     assert "## Tasks" in open(hf["path"] + "/README.md").read()
+
+
+def _scoped_per_task(tasks) -> None:
+    """Each task's scope: amalgamate fitted it, predict and eval read it, kamal scope refits it."""
+    student = next(s for s in tasks.json("students") if s["name"] == "all")
+    assert set(student["scope"]["tasks"]) == {"default", "tone", "tags"}
+    answer = tasks.json("predict", "all", "sports ball game")[0]["tasks"]
+    assert all(isinstance(answer[t]["in_scope"], bool) and "scope_score" in answer[t] for t in answer)
+    tags = tasks.json("eval", "all", "--data", "tags-test")
+    assert tags["task"] == "tags" and 0 <= tags["scope"]["flagged"] <= 1
+    refit = tasks.json("scope", "all", "--data", "pool", "--score", "msp", "--keep", "0.5")
+    assert refit["tasks"]["tone"]["score"] == "msp" and refit["tasks"]["tone"]["keep"] == 0.5
+    flagged = tasks.json("eval", "all", "--data", "tone-test")["scope"]["flagged"]
+    assert 0.2 <= flagged <= 0.8  # half the pool's rows kept: about half of texts like them flagged
+    from types import SimpleNamespace
+
+    from kamalcli.cli.student_cmds import _trust_cell
+
+    record = next(s for s in tasks.json("students") if s["name"] == "all")
+    assert "tone msp, keeps 50.0%" in _trust_cell(SimpleNamespace(scope=record["scope"], calibration=None))
 
 
 def _one_task_calibrated(tasks, tmp_path) -> dict:
@@ -261,14 +284,81 @@ def _selection_rows(kamal):
         conn.close()
 
 
+def test_extend_adds_a_task_then_grows_one_task_and_adds_a_multi_label_one(tasks, assets, trained):
+    """A one-task student gains a task (tone); the two-task student then gains topics in its default task (life)
+    and a multi-label task (tags). Each old (task, label) column starts from the parent's row."""
+    from safetensors.torch import load_file
+
+    tasks("amalgamate", "--method", "muki-hard", "--teacher", "news", "--teacher", "money", "--name", "topics",
+          "--student", assets["encoder"], *TRAIN)
+    out = tasks("extend", "topics", "--teacher", "tone", "--name", "toned", *TRAIN).output
+    assert "Extending topics (4 labels) with 2 new: tone/calm, tone/angry." in out
+    assert "Task default: muki-hard on topics-as-teacher." not in out  # one teacher: vanilla-kd keeps the topics
+    assert "Task default: vanilla-kd on topics-as-teacher." in out and "Task tone: vanilla-kd on tone." in out
+    students = {s["name"]: s for s in tasks.json("students")}
+    toned = students["toned"]
+    assert toned["parent"] == "topics" and [h["name"] for h in toned["train"]["heads"]] == ["default", "tone"]
+    assert toned["labels"] == [f"default/{label}" for label in students["topics"]["labels"]] + ["tone/calm", "tone/angry"]
+
+    tasks("add-teacher", trained["life"], "--name", "life")
+    out = tasks("extend", "toned", "--teacher", "life", "--teacher", "tagger", "--name", "grown", *TRAIN).output
+    assert "as teacher toned-default-as-teacher for its 4 labels of task default" in out
+    assert "with 5 new: default/health, default/arts, tags/short, tags/sporty, tags/money." in out
+    assert "Task default: muki-hard on toned-default-as-teacher, life." in out
+    assert "Task tags: multi-label on tagger." in out
+    cut = {t["name"]: t for t in tasks.json("teachers")}
+    assert cut["toned-tone-as-teacher"]["labels"] == ["calm", "angry"] and cut["toned-tone-as-teacher"]["head"] == "tone"
+    grown = next(s for s in tasks.json("students") if s["name"] == "grown")
+    assert grown["labels"] == [*toned["labels"][:4], "default/health", "default/arts", "tone/calm", "tone/angry",
+                               "tags/short", "tags/sporty", "tags/money"]
+    assert tasks.json("eval", "grown", "--data", "tags-test")["task"] == "tags"
+    assert sorted(tasks.json("predict", "grown", "a calm sports game")[0]["tasks"]) == ["default", "tags", "tone"]
+
+    # the parent's rows, laid out anew: what `grown` started from, before any training
+    from kamalcli.students.problem import _heads_from_parent
+    from kamalcli.heads import laid_out
+    from kamalcli.workspace.folder import find_workspace
+    from kamalcli.workspace.store import Store
+
+    store = Store.open(find_workspace(tasks.workspace))
+    try:
+        model, _, _ = _heads_from_parent(store, "toned", laid_out(grown["train"]["heads"]), seed=0)
+    finally:
+        store.close()
+    parent = load_file(toned["path"] + "/model.safetensors")["classifier.weight"]
+    started = model.classifier.weight.detach()
+    assert torch.equal(started[:4], parent[:4]) and torch.equal(started[6:8], parent[4:6])
+
+
 def test_what_a_several_task_student_does_not_do_yet_is_one_line(tasks, assets, trained):
     tasks("amalgamate", "--method", "vanilla-kd", "--name", "all", "--student", assets["encoder"], *TRAIN)
-    tasks("add-teacher", trained["life"], "--name", "life")
-    for args in (("scope", "all", "--data", "pool"),
-                 ("label-queue", "--data", "pool", "--n", "5", "--out", "queue.csv"),
-                 ("extend", "all", "--teacher", "life", "--name", "more", *TRAIN)):
-        out = tasks(*args, code=2).output
-        assert "several tasks" in out and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
+    out = tasks("label-queue", "--data", "pool", "--n", "5", "--out", "queue.csv", code=2).output
+    assert "several tasks" in out and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
+
+
+def test_a_scope_per_task_is_fitted_saved_and_read_back():
+    """Each task's scope is the one-task scope of its own columns (rmd: its classes' Gaussians on the shared
+    features); scope-tasks.npz gives back the same scores."""
+    import tempfile
+
+    from kamalcli.heads import laid_out
+    from kamalcli.trust.scope import fit_scope, fit_task_scopes, load_task_scopes, save_task_scopes
+
+    rng = np.random.default_rng(0)
+    features = np.concatenate([rng.normal(-2, 1, (40, 4)), rng.normal(2, 1, (40, 4))])
+    logits = np.concatenate([np.tile([3.0, 0.0, 0.0, 0.0, 2.0], (40, 1)), np.tile([0.0, 3.0, 0.0, 2.0, 0.0], (40, 1))])
+    heads = laid_out([{"name": "topic", "labels": ["a", "b", "c"]}, {"name": "tone", "labels": ["x", "y"]}])
+    scopes = fit_task_scopes(logits, features, heads, data="pool")
+    alone = fit_scope(logits[:, 3:], features, data="pool")
+    assert scopes["tone"].score == "rmd" and scopes["tone"].threshold == alone.threshold
+    assert np.allclose(scopes["tone"].rmd.means, alone.rmd.means)
+    with tempfile.TemporaryDirectory() as folder:
+        save_task_scopes(folder, scopes)
+        back = load_task_scopes(folder)
+    assert list(back) == ["topic", "tone"]
+    for head in heads:
+        assert np.allclose(back[head.name].scores(logits[:, head.columns], features),
+                           scopes[head.name].scores(logits[:, head.columns], features))
 
 
 def test_a_several_task_run_resumes_bit_for_bit(tasks, assets, interrupt_training, monkeypatch):

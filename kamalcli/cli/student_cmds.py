@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import click
 
@@ -161,8 +162,9 @@ def remove_student(app: App, name: str) -> None:
         children = [s.name for s in store.students() if s.parent == student.name]
         if children:
             raise KamalError(f"student {', '.join(children)} extends {student.name}: remove it first")
-        as_teacher = store.teacher_of_student(student.id)
-        if as_teacher is not None:
+        as_teacher = next((t for t in store.teachers_of_student(student.id)
+                           if Path(t.path).resolve() == Path(student.path).resolve()), None)
+        if as_teacher is not None:  # a teacher cut from it to one task has a folder of its own
             raise KamalError(f"teacher {as_teacher.name} reads {student.name}'s folder (extend registered it): "
                              f"`kamal remove-teacher {as_teacher.name}` first")
         exports = [e.path for e in store.exports(student.id)]
@@ -176,7 +178,8 @@ def remove_student(app: App, name: str) -> None:
 
 def _trust_cell(student) -> str:
     """What the student says about itself: its scope score and the coverage it was calibrated for."""
-    parts = [f"{student.scope['score']}, keeps {pct(student.scope['keep'])}%"] if student.scope else []
+    scopes = (student.scope or {}).get("tasks") or ({"": student.scope} if student.scope else {})
+    parts = [f"{task + ' ' if task else ''}{s['score']}, keeps {pct(s['keep'])}%" for task, s in scopes.items()]
     if student.calibration and "tasks" in student.calibration:
         parts += [f"{task} sets {pct(c['coverage'])}%" for task, c in student.calibration["tasks"].items()]
     elif student.calibration:
@@ -297,8 +300,9 @@ def _print_tasks(rows: list[dict]) -> None:
         if "note" in r:
             click.echo(f"-\t{r['text'][:80]}\t({r['note']})")
             continue
-        answers = "  ".join(f"{name}: {a['label']} {a['probability']:.3f}" if "label" in a
-                            else f"{name}: {{{', '.join(a['labels'])}}}" for name, a in r["tasks"].items())
+        answers = "  ".join((f"{name}: {a['label']} {a['probability']:.3f}" if "label" in a
+                             else f"{name}: {{{', '.join(a['labels'])}}}")
+                            + (" [out of scope]" if a.get("in_scope") is False else "") for name, a in r["tasks"].items())
         if len(answers) > 96:  # the line stays within 160 characters; --json has every answer
             answers = answers[:93] + "..."
         click.echo(f"{answers}\t{r['text'][:60]}")

@@ -24,7 +24,8 @@ from kamalcli.errors import KamalError
 @pass_app
 def scope(app: App, student_name, data_name, keep, score, device, as_json) -> None:
     """Fit (again) the score with which a student flags texts none of its teachers knew. amalgamate fits one on
-    the transfer data; this refits it, or fits one for a student trained before kamal did."""
+    the transfer data; this refits it, or fits one for a student trained before kamal did. A student of several
+    tasks gets one per task."""
     from kamalcli.students.trust import fit_student_scope
 
     device = app.device(device)
@@ -34,6 +35,15 @@ def scope(app: App, student_name, data_name, keep, score, device, as_json) -> No
         store.claim("student", student.name, exclusive=True)
         store.claim_inputs(datasets=[dataset])
         fitted = fit_student_scope(store, student, dataset, keep=keep, score=score, device=device)
+    if isinstance(fitted, dict):  # a student of several tasks: a scope per task
+        if as_json:
+            emit_json({"student": student.name, "tasks": {task: s.as_json() for task, s in fitted.items()}})
+            return
+        for task, s in fitted.items():
+            click.echo(f"student {student.name}, task {task}: scope {s.score} fitted on {s.rows} rows of {s.data}; "
+                       f"threshold {s.threshold:.4g} keeps {100 * s.keep:.0f}% of them.")
+        click.echo("`kamal predict --json` adds each task's in_scope and scope_score.")
+        return
     if as_json:
         emit_json({"student": student.name, **fitted.as_json()})
         return

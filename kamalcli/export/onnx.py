@@ -48,7 +48,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 INPUT_ORDER = ("input_ids", "attention_mask", "token_type_ids")
 # Every file an ONNX export may write (a fast tokenizer's save_pretrained may add its chat template): what
 # `--force` may replace in an export whose marker predates its list of files.
-TRUST_FILES = (scope.FILE, conformal.FILE, conformal.TASKS_FILE)  # the student's scope and calibration(s), where it has them
+TRUST_FILES = (scope.FILE, scope.TASKS_FILE, conformal.FILE, conformal.TASKS_FILE)  # the scope(s) and calibration(s) it has
 WRITTEN_FILES = frozenset({"model.onnx", "labels.json", "config.json", "README.md", "export.json", EXPORT_MARKER,
                            *TOKENIZER_FILES, *TRUST_FILES, "chat_template.jinja", "chat_template.json"})
 

@@ -104,7 +104,12 @@ SCORE_WORDS = {
 def trust_section(student) -> str:
     """What the student says about itself (kamalcli/trust), and the files an export carries for it."""
     lines = []
-    if student.scope:
+    for task, s in (student.scope or {}).get("tasks", {}).items():
+        lines.append(f"- Out of scope of task {task} (`scope-tasks.npz`, settings and arrays per task in order): a text "
+                     f"whose score on the task's columns is below {s['threshold']:.6g} is likely outside what its "
+                     f"teachers knew (it keeps {100 * s['keep']:.0f}% of the {s['rows']} rows of {s['data']}). The "
+                     f"score is {SCORE_WORDS.get(s['score'], s['score'])}.")
+    if student.scope and "tasks" not in student.scope:
         s = student.scope
         lines.append(f"- Out of scope: a text whose scope score is below {s['threshold']:.6g} is likely outside what "
                      f"the teachers knew (that threshold keeps {100 * s['keep']:.0f}% of the {s['rows']} rows of "

@@ -165,18 +165,28 @@ def build_student(base_folder: str | Path, labels: Sequence[str], *, num_layers:
 
 def grow_classifier(model: nn.Module, new_labels: Sequence[str], seed: int = 0) -> nn.Module:
     """Append rows to the classification head for new labels; old rows (and ids) are kept."""
-    head = find_head(model)
-    old = head.out_features
+    old = find_head(model).out_features
     labels = [model.config.id2label[i] for i in range(old)] + list(new_labels)
+    return rearrange_classifier(model, [*range(old), *[None] * len(new_labels)], labels, seed=seed)
+
+
+def rearrange_classifier(model: nn.Module, rows: Sequence[int | None], labels: Sequence[str], seed: int = 0) -> nn.Module:
+    """The classification head with one row per label: rows[i], the old row that label i keeps (its weights and
+    bias), or None for a new label (drawn as the base's initializer draws, bias 0). Growing, cutting a head to one
+    task's columns and laying several tasks' heads out anew are all this."""
+    head = find_head(model)
     grown = nn.Linear(head.in_features, len(labels), bias=head.bias is not None)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         std = getattr(model.config, "initializer_range", 0.02)
         grown.weight.normal_(0.0, std, generator=generator)
-        grown.weight[:old] = head.weight
-        if head.bias is not None:
+        if grown.bias is not None:
             grown.bias.zero_()
-            grown.bias[:old] = head.bias
+        for i, row in enumerate(rows):
+            if row is not None:
+                grown.weight[i] = head.weight[row]
+                if grown.bias is not None:
+                    grown.bias[i] = head.bias[row]
     _set_head(model, grown)
     model.config.num_labels = len(labels)
     model.num_labels = len(labels)

@@ -167,18 +167,22 @@ def _train_student(workspace, store, job: Job, probe_request, workdir, run, say,
 def _fit_scope(problem, dataset, train_config, *, token_level: bool, say, states=None):
     """The student's scope score, fitted on its transfer rows (kamalcli/trust/scope.py); none for token students.
     states: the encoder's first-token states of those rows when --fit head cached them (no second pass)."""
-    from kamalcli.students.trust import scope_from_model, scope_from_states
+    from kamalcli.students.trust import scope_from_model, scope_from_states, task_scopes_from_model
     from kamalcli.trust.scope import MIN_ROWS
 
     if token_level:
-        return None
-    if problem.heads:
-        say("No scope score: a student of several tasks has none yet.")
         return None
     if len(problem.encoded) < MIN_ROWS:
         say(f"No scope score: {len(problem.encoded)} transfer rows are too few to fit one (at least {MIN_ROWS}); "
             f"`kamal scope STUDENT --data NAME` fits one on more text.")
         return None
+    if problem.heads:
+        scopes = task_scopes_from_model(problem.model, problem.encoded, problem.heads, data=dataset.name,
+                                        device=train_config.device, seed=train_config.seed)
+        first = next(iter(scopes.values()))
+        say(f"Scope: a score per task fitted on {first.rows} rows of {dataset.name}; texts scoring below a task's are "
+            f"flagged out of its scope (it keeps {100 * first.keep:.0f}% of them).")
+        return scopes
     if states is not None:
         scope = scope_from_states(problem.model, states, data=dataset.name, seed=train_config.seed)
     else:
@@ -204,6 +208,7 @@ def _save_student(workspace, store, job: Job, problem, result, run, losses, scop
     """The student folder, then its record (a row points only at finished files)."""
     from kamalcli.files import publish_dir
     from kamalcli.models.loading import save_classifier
+    from kamalcli.students.trust import scope_record, write_scopes
 
     request, options, teachers, dataset, train_config = job.request, job.options, job.teachers, job.dataset, job.train
     labels = problem.labels
@@ -223,7 +228,7 @@ def _save_student(workspace, store, job: Job, problem, result, run, losses, scop
     staging = workspace.tmp_dir() / "student"
     save_classifier(problem.model, problem.tokenizer, staging, extra=meta)
     if scope is not None:
-        scope.save(staging)
+        write_scopes(staging, scope)
     final = workspace.artifact_dir("students") / request.name
     publish_dir(staging, final)
     parent = store.find_student(request.parent) if request.parent else None
@@ -235,7 +240,7 @@ def _save_student(workspace, store, job: Job, problem, result, run, losses, scop
         train={**_train_record(train_config, result, problem), "init": request.init, "label_aliases": aliases,
                "gold": request.gold, "recipe": request.recipe, **heads},
         metrics={}, run_id=run.id, losses=losses, task=job.task,
-        scope=scope.as_json() if scope is not None else None,
+        scope=scope_record(scope) if scope is not None else None,
     )
 
 

@@ -16,7 +16,7 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
                      task: str | None = None) -> dict:
     """task: which of a several-task student's tasks the data's labels are (default: the one they fit)."""
     from kamalcli.heads import heads_of_student, is_plain
-    from kamalcli.students.predict import task_calibrations, text_outputs
+    from kamalcli.students.predict import task_calibrations, task_scopes, text_outputs
 
     if student.task == "token":
         return evaluate_token_student(store, student, dataset, device=device)
@@ -25,9 +25,13 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
         raise KamalError(f"{student.name} answers one task: drop --task")
     student.folder  # noqa: B018 - a folder gone from disk is refused before the data is read
     texts, gold = load_labelled_rows(dataset)
-    found = text_outputs(student, texts, device=device, batch_size=batch_size)
+    scopes = task_scopes(student) if not is_plain(heads) else {}
+    found = text_outputs(student, texts, device=device, batch_size=batch_size,
+                         features=any(s.needs_features for s in scopes.values()))
     if not is_plain(heads):
-        metrics = task_metrics(found.logits, gold, heads, task, dataset.name, task_calibrations(student))
+        metrics = task_metrics(found.logits, gold, heads, task, dataset.name, task_calibrations(student), scopes,
+                               found.features)
+        metrics.update(_old_and_new_labels(store, student, heads, metrics, found.logits, gold))
         store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
         return metrics
     pred = found.logits.argmax(axis=1)
@@ -45,40 +49,56 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
     return metrics
 
 
-def task_metrics(logits: np.ndarray, gold: list[str], heads, task: str | None, data_name: str,
-                 calibrations: dict | None = None) -> dict:
-    """A several-task student's figures on the task whose labels the gold labels are: accuracy and macro-F1 for a
-    single-label task; micro- and macro-F1, subset accuracy and per-label F1 at THRESHOLD for a multi-label one."""
-    from kamalcli.heads import THRESHOLD, task_of_labels
-    from kamalcli.trust.conformal import coverage_and_size
+def _old_and_new_labels(store, student, heads, metrics: dict, logits: np.ndarray, gold: list[str]) -> dict:
+    """An extended student's accuracy on the gold labels of a single-label task that its parent had, and on the
+    others (its new labels, or a task the parent did not have)."""
+    from kamalcli.heads import head_named
+    from kamalcli.students.problem import student_heads
 
-    calibrations = calibrations or {}
+    parent = store.find_student(student.parent) if student.parent else None
+    head = head_named(heads, metrics["task"])
+    if parent is None or head.multi_label:
+        return {}
+    had = next((h.labels for h in student_heads(store, parent) if h.name == head.name), ())
+    old = [i for i, label in enumerate(head.labels) if label in had]
+    pred, gold_idx = logits[:, head.columns].argmax(axis=1), label_indices(gold, head.labels)
+    return {"old_label_accuracy": subset_accuracy(pred, gold_idx, old),
+            "new_label_accuracy": subset_accuracy(pred, gold_idx, [i for i in range(len(head.labels)) if i not in old])}
+
+
+def task_metrics(logits: np.ndarray, gold: list[str], heads, task: str | None, data_name: str,
+                 calibrations: dict | None = None, scopes: dict | None = None, features: np.ndarray | None = None) -> dict:
+    """A several-task student's figures on the task whose labels the gold labels are: accuracy and macro-F1 for a
+    single-label task; micro- and macro-F1, subset accuracy and per-label F1 at THRESHOLD for a multi-label one.
+    With the task's scope or calibration, what they say of these rows (trust_metrics on the task's columns)."""
+    from kamalcli.heads import THRESHOLD, task_of_labels
+    from kamalcli.students.predict import TextOutputs
+
     head = task_of_labels(heads, gold, data_name, task)
     if head.multi_label:
         truth, unknown = _label_matrix(gold, head.labels)
         metrics = multi_label_metrics(head.probabilities(logits) >= THRESHOLD, truth, list(head.labels))
-        metrics.update(unknown_label_rows=unknown, threshold=THRESHOLD, multi_label=True)
+        metrics.update(unknown_label_rows=int(unknown.sum()), threshold=THRESHOLD, multi_label=True)
+        gold_idx = np.where(unknown, -1, 0)  # the scope's figures only: a multi-label task has no prediction sets
     else:
         gold_idx = label_indices(gold, head.labels)
         metrics = classification_metrics(logits[:, head.columns].argmax(axis=1), gold_idx, list(head.labels))
-        if head.name in calibrations and (gold_idx >= 0).any():
-            calibration, known = calibrations[head.name], gold_idx >= 0
-            coverage, size = coverage_and_size(calibration.members(head.probabilities(logits)[known]), gold_idx[known])
-            metrics["conformal"] = {"coverage_asked": calibration.coverage, "coverage": coverage, "mean_set_size": size,
-                                    "rows": int(known.sum()), "calibration_rows": calibration.rows}
-    return {"task": head.name, **metrics}
+    scope = (scopes or {}).get(head.name)
+    own = TextOutputs(list(head.labels), np.asarray(logits)[:, head.columns], features if scope is not None else None,
+                      scope, None if head.multi_label else (calibrations or {}).get(head.name))
+    return {"task": head.name, **metrics, **trust_metrics(own, gold_idx)}
 
 
-def _label_matrix(gold: list[str], labels) -> tuple[np.ndarray, int]:
-    """(rows, labels) booleans of the gold label sets, and how many rows name a label the task does not have."""
+def _label_matrix(gold: list[str], labels) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, labels) booleans of the gold label sets, and per row whether it names a label the task does not have."""
     from kamalcli.heads import label_set
 
     index = {name: j for j, name in enumerate(labels)}
     truth = np.zeros((len(gold), len(labels)), dtype=bool)
-    unknown = 0
+    unknown = np.zeros(len(gold), dtype=bool)
     for i, value in enumerate(gold):
         names = label_set(value)
-        unknown += any(n not in index for n in names)
+        unknown[i] = any(n not in index for n in names)
         for name in names:
             if name in index:
                 truth[i, index[name]] = True
@@ -180,7 +200,7 @@ def _multi_label_baseline(store, baseline, teacher_names, dataset, outputs, gold
     names = list(outputs.space.names)
     truth, unknown = _label_matrix(gold, names)
     metrics = {"task": task, **multi_label_metrics(multi_label_target(outputs) >= THRESHOLD, truth, names),
-               "unknown_label_rows": unknown, "threshold": THRESHOLD, "multi_label": True}
+               "unknown_label_rows": int(unknown.sum()), "threshold": THRESHOLD, "multi_label": True}
     store.add_evaluation(baseline=baseline_name(baseline, teacher_names), dataset_id=dataset.id, metrics=metrics)
     return metrics
 

@@ -215,7 +215,6 @@ def check_several_heads(request, method, train) -> None:
     """What a student of several tasks does not do yet, refused before any work in one line each."""
     refused = [
         (method.level == "feature", f"{method.name} learns from teacher features, which no task owns"),
-        (bool(request.parent), "kamal extend grows a one-task student"),
         (bool(request.init), "--init merge starts a one-task student"),
         (bool(request.gold), "--gold labels one task's classes"),
         (request.select_by != "transfer-loss", "--select-by eval:NAME scores one task"),

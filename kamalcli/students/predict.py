@@ -89,8 +89,14 @@ def _task_rows(student, heads, texts: list[str], export, device: str, top: int) 
     multi-label task's labels that are on (probability at least THRESHOLD) and every label's probability."""
     from kamalcli.heads import THRESHOLD
 
-    logits = text_outputs(student, texts, export=export, device=device).logits
-    answers = [(head, head.probabilities(logits)) for head in heads]
+    scopes = task_scopes(student, export)
+    found = text_outputs(student, texts, export=export, device=device,
+                         features=any(s.needs_features for s in scopes.values()))
+    if found.features is None and any(s.needs_features for s in scopes.values()):
+        scopes = {}  # an ONNX export without `features`: text_outputs said so
+    answers = [(head, head.probabilities(found.logits)) for head in heads]
+    scores = {head.name: scopes[head.name].scores(found.logits[:, head.columns], found.features) for head in heads
+              if head.name in scopes}
     calibrations = task_calibrations(student, export)
     rows = []
     for i, text in enumerate(texts):
@@ -100,10 +106,13 @@ def _task_rows(student, heads, texts: list[str], export, device: str, top: int) 
             if head.multi_label:
                 tasks[head.name] = {"labels": [n for n, q in zip(head.labels, p) if q >= THRESHOLD],
                                     "probabilities": {n: float(q) for n, q in zip(head.labels, p)}}
-                continue
-            order = p.argsort()[::-1][:min(top, len(p))]
-            tasks[head.name] = {"label": head.labels[order[0]], "probability": float(p[order[0]]),
-                                "top": [{"label": head.labels[j], "probability": float(p[j])} for j in order]}
+            else:
+                order = p.argsort()[::-1][:min(top, len(p))]
+                tasks[head.name] = {"label": head.labels[order[0]], "probability": float(p[order[0]]),
+                                    "top": [{"label": head.labels[j], "probability": float(p[j])} for j in order]}
+            if head.name in scores:
+                score = float(scores[head.name][i])
+                tasks[head.name].update(in_scope=score >= scopes[head.name].threshold, scope_score=score)
             if head.name in calibrations:
                 tasks[head.name]["set"] = calibrations[head.name].sets(p[None], list(head.labels))[0]
         rows.append({"text": text, "tasks": tasks})
@@ -136,10 +145,21 @@ def task_calibrations(student, export=None) -> dict:
     """A several-task student's calibrations by task: the student's own, else (its folder gone) its export's."""
     from kamalcli.trust.conformal import load_task_calibrations
 
+    return load_task_calibrations(_trust_folder(student, export))
+
+
+def task_scopes(student, export=None) -> dict:
+    """A several-task student's scopes by task: the student's own, else (its folder gone) its export's."""
+    from kamalcli.trust.scope import load_task_scopes
+
+    return load_task_scopes(_trust_folder(student, export))
+
+
+def _trust_folder(student, export) -> Path:
     folder = Path(student.path)
     if not (folder / "config.json").is_file() and export is not None:
         folder = Path(export.path)
-    return load_task_calibrations(folder)
+    return folder
 
 
 @dataclass(frozen=True)
@@ -151,9 +171,11 @@ class TextOutputs:
     calibration: object | None    # kamalcli/trust/conformal.Calibration
 
 
-def text_outputs(student, texts: list[str], *, export=None, device: str = "auto", batch_size: int = 32) -> TextOutputs:
+def text_outputs(student, texts: list[str], *, export=None, device: str = "auto", batch_size: int = 32,
+                 features: bool = False) -> TextOutputs:
     """A text student's logits on texts, with PyTorch or its ONNX export, and what it says about itself: its
-    scope (with the features it reads) and calibration, from the student's folder or the export's."""
+    scope (with the features it reads) and calibration, from the student's folder or the export's. features:
+    the features too (a several-task student's scopes read them)."""
     if getattr(student, "task", "sequence") == "token":
         raise KamalError(f"{student.name} tags tokens: its predictions are entities (predict_entities)")
     if export is not None:
@@ -161,13 +183,14 @@ def text_outputs(student, texts: list[str], *, export=None, device: str = "auto"
 
         classifier = OnnxClassifier(Path(export.path), device=device)
         scope, calibration = current_trust(student, classifier)
-        if scope is not None and scope.needs_features and not classifier.has_features:
+        wanted = features or (scope is not None and scope.needs_features)
+        if wanted and not classifier.has_features:
             runtime.say_once(f"the ONNX export of {student.name} predates its scope score (no `features` output): "
                              f"run `kamal export {student.name} --onnx --force` for in_scope and scope_score.")
-            scope = None
-        logits, features = classifier.predict_outputs(texts, batch_size=batch_size, max_length=student.max_length,
-                                                      features=scope is not None and scope.needs_features)
-        return TextOutputs(list(classifier.labels), logits, features, scope, calibration)
+            scope, wanted = None, False
+        logits, found = classifier.predict_outputs(texts, batch_size=batch_size, max_length=student.max_length,
+                                                   features=wanted)
+        return TextOutputs(list(classifier.labels), logits, found, scope, calibration)
     from kamalcli.models.inference import classifier_logits, classifier_logits_and_features
     from kamalcli.runtime import resolve_device
     from kamalcli.trust.conformal import load_calibration
@@ -175,13 +198,13 @@ def text_outputs(student, texts: list[str], *, export=None, device: str = "auto"
 
     folder, device = student.folder, resolve_device(device)
     scope = load_scope(folder)
-    if scope is not None and scope.needs_features:
-        logits, features = classifier_logits_and_features(folder, texts, student.max_length, device=device,
-                                                          batch_size=batch_size)
+    if features or (scope is not None and scope.needs_features):
+        logits, found = classifier_logits_and_features(folder, texts, student.max_length, device=device,
+                                                       batch_size=batch_size)
     else:
-        logits, features = classifier_logits(folder, texts, student.max_length, device=device,
-                                             batch_size=batch_size), None
-    return TextOutputs(list(student.labels), logits, features, scope, load_calibration(folder))
+        logits, found = classifier_logits(folder, texts, student.max_length, device=device,
+                                          batch_size=batch_size), None
+    return TextOutputs(list(student.labels), logits, found, scope, load_calibration(folder))
 
 
 def current_trust(student, classifier) -> tuple[object | None, object | None]:

@@ -113,10 +113,13 @@ def heads_problem(workspace, store, job, probe_request, workdir, run_id, say, re
         probes.update({t.id: p for t, p in zip(sub.teachers, task_probes)})
     heads = laid_out(heads)
     request, train_config = job.request, job.train
-    base = resolve_model_source(request.student)
-    model = build_student(base, column_names(heads), num_layers=request.student_layers, seed=train_config.seed)
+    if request.parent:
+        model, tokenizer, base = _heads_from_parent(store, request.parent, heads, train_config.seed)
+    else:
+        base = resolve_model_source(request.student)
+        model = build_student(base, column_names(heads), num_layers=request.student_layers, seed=train_config.seed)
+        tokenizer = load_tokenizer(base)
     model.config.update({KEY: [h.as_json() for h in heads]})
-    tokenizer = load_tokenizer(base)
     texts, _ = load_dataset_rows(job.dataset)
     encoded = encode(tokenizer, texts, train_config.max_length, config=model.config)
     train_rows, held_out = _split_rows(request.select_by, len(texts), train_config.seed)
@@ -124,6 +127,37 @@ def heads_problem(workspace, store, job, probe_request, workdir, run_id, say, re
     selector = HeldOutLoss(objective, encoded, held_out, train_config.device) if len(held_out) else None
     return Problem(model, tokenizer, base, None, [probes[t.id] for t in job.teachers], encoded, objective, selector,
                    train_rows, held_out, heads=heads)
+
+
+def student_heads(store, student) -> list:
+    """A student's heads; a one-task student's one head named by the task its teachers answer (kamal extend
+    matches its columns with the new teachers' tasks by it)."""
+    from kamalcli.heads import heads_of_student, is_plain
+
+    heads = heads_of_student(student)
+    if not is_plain(heads):
+        return heads
+    known = [store.find_teacher(name=t["name"]) for t in student.teachers]
+    tasks = {t.head_name for t in known if t is not None}
+    return [replace(heads[0], name=tasks.pop())] if len(tasks) == 1 else heads
+
+
+def _heads_from_parent(store, parent_name: str, heads, seed: int):
+    """kamal extend into (or out of) several tasks: the parent's weights, its classifier laid out as `heads`, each
+    (task, label) column the parent had keeping its row, a new one drawn as a new student's would be."""
+    from kamalcli.heads import column_names
+    from kamalcli.models.loading import load_classifier, load_tokenizer, rearrange_classifier
+
+    parent = store.student(parent_name)
+    folder = Path(parent.path)
+    old = {(h.name, label): h.start + i for h in student_heads(store, parent) for i, label in enumerate(h.labels)}
+    new = [(h.name, label) for h in heads for label in h.labels]
+    lost = [f"{task}/{label}" for task, label in old if (task, label) not in new]
+    if lost:
+        raise KamalError(f"{parent.name} was trained over classes this workspace has since merged or moved "
+                         f"({', '.join(lost[:5])}): `kamal labels split` them to extend it, or amalgamate a new student")
+    model = rearrange_classifier(load_classifier(folder), [old.get(key) for key in new], column_names(heads), seed=seed)
+    return model, load_tokenizer(folder), folder
 
 
 def token_problem(workspace, store, job: Job, probe_request, workdir, run_id, say, read_only: bool = False) -> Problem:

@@ -12,15 +12,18 @@ from kamalcli.errors import KamalError
 from kamalcli.files import write_json_atomic
 from kamalcli.runtime import resolve_device, say_once
 from kamalcli.trust import conformal
-from kamalcli.trust.scope import DEFAULT_KEEP, DEFAULT_SCORE, Scope, check_keep, fit_scope
+from kamalcli.trust.scope import DEFAULT_KEEP, DEFAULT_SCORE, Scope, check_keep, fit_scope, fit_task_scopes, \
+    save_task_scopes
 
 
-def sequence_student(student, what: str):
+def sequence_student(student, what: str, tasks: bool = False):
+    """The student, refused in one line where `what` does not apply: a token student; one of several tasks
+    unless `what` is done per task."""
     from kamalcli.heads import heads_of_student, is_plain
 
     if student.task == "token":
         raise KamalError(f"student {student.name} tags tokens; {what} is for text classifiers")
-    if not is_plain(heads_of_student(student)):
+    if not tasks and not is_plain(heads_of_student(student)):
         raise KamalError(f"student {student.name} answers several tasks, and {what} per task is not built yet: it "
                          "is for a one-task student")
     return student
@@ -49,29 +52,64 @@ def scope_from_states(model, states, *, data: str, keep: float = DEFAULT_KEEP, s
     return _note_said(fit_scope(logits, states.numpy(), score=score, keep=keep, data=data, seed=seed))
 
 
-def _note_said(scope: Scope) -> Scope:
+def _note_said(scope: Scope, task: str | None = None) -> Scope:
     """The scope, its note (why its score is not the one asked for) said on stderr."""
     if scope.note:
-        say_once(f"Note: {scope.note}.")
+        say_once(f"Note: {f'task {task}: ' if task else ''}{scope.note}.")
     return scope
 
 
 def fit_student_scope(store, student, dataset, *, keep: float = DEFAULT_KEEP, score: str = DEFAULT_SCORE,
-                      device: str = "cpu") -> Scope:
-    """kamal scope: fit (again) on a dataset's texts, labelled or not, and record it."""
+                      device: str = "cpu") -> Scope | dict[str, Scope]:
+    """kamal scope: fit (again) on a dataset's texts, labelled or not, and record it. A student of several tasks
+    gets a scope per task (dict by task)."""
     from kamalcli.data.text import load_dataset_rows
+    from kamalcli.heads import heads_of_student, is_plain
     from kamalcli.models.inference import classifier_logits_and_features
 
     check_keep(keep)
     dataset.refuse_test(f"kamal scope --data {dataset.name}")
-    folder = sequence_student(student, "a scope").folder
+    folder = sequence_student(student, "a scope", tasks=True).folder
     texts, _ = load_dataset_rows(dataset)
     logits, features = classifier_logits_and_features(folder, texts, student.max_length, device=resolve_device(device))
+    heads = heads_of_student(student)
+    if not is_plain(heads):
+        scopes = {task: _note_said(s, task) for task, s in fit_task_scopes(logits, features, heads, score=score, keep=keep,
+                                                                     data=dataset.name, seed=student.seed).items()}
+        save_scopes(store, student, folder, scopes)
+        return scopes
     scope = _note_said(fit_scope(logits, features, score=score, keep=keep, data=dataset.name, seed=student.seed))
-    with store.transaction():
-        store.set_student_trust(student.id, scope=scope.as_json())
-        scope.save(folder)
+    save_scopes(store, student, folder, scope)
     return scope
+
+
+def save_scopes(store, student, folder: Path, scope: Scope | dict[str, Scope]) -> None:
+    """The student's scope (or scopes by task) recorded and written to its folder, in one transaction."""
+    with store.transaction():
+        store.set_student_trust(student.id, scope=scope_record(scope))
+        write_scopes(folder, scope)
+
+
+def scope_record(scope: Scope | dict[str, Scope]) -> dict:
+    """What the database keeps of a scope: its settings, or {"tasks": {task: settings}}."""
+    if isinstance(scope, dict):
+        return {"tasks": {task: s.as_json() for task, s in scope.items()}}
+    return scope.as_json()
+
+
+def write_scopes(folder: Path, scope: Scope | dict[str, Scope]) -> None:
+    if isinstance(scope, dict):
+        save_task_scopes(folder, scope)
+    else:
+        scope.save(folder)
+
+
+def task_scopes_from_model(model, encoded, heads, *, data: str, device: str, seed: int = 0) -> dict[str, Scope]:
+    """A several-task student's scope per task, from the model in memory (amalgamate fits them before saving)."""
+    from kamalcli.models.inference import logits_and_features
+
+    logits, features = logits_and_features(model, encoded, device=device)
+    return {task: _note_said(s, task) for task, s in fit_task_scopes(logits, features, heads, data=data, seed=seed).items()}
 
 
 def calibrate_student(store, student, dataset, *, coverage: float = 0.9, device: str = "cpu", task: str | None = None):

@@ -25,6 +25,7 @@ from kamalcli.probs import logsumexp, softmax
 from kamalcli.trust.mahalanobis import RMDModel, fit_rmd
 
 FILE = "scope.npz"  # in the student's folder and its exports: one file, replaced whole (the settings and rmd's Gaussians)
+TASKS_FILE = "scope-tasks.npz"  # a student of several tasks (kamalcli/heads.py): a scope per task, in one file
 SCORES = ("energy", "msp", "rmd")
 DEFAULT_SCORE = "rmd"
 FALLBACK_SCORE = "energy"  # when rmd cannot separate anything: the student puts every fit row in one class
@@ -62,9 +63,7 @@ class Scope:
         arrays = {"settings": np.array(json.dumps(self.as_json(), sort_keys=True))}
         if self.rmd is not None:
             arrays.update(self.rmd.arrays())
-        tmp = Path(folder) / f".{FILE}.tmp.npz"
-        np.savez(tmp, **arrays)
-        os.replace(tmp, Path(folder) / FILE)
+        _write(folder, FILE, arrays)
 
 
 def scope_scores(score: str, logits: np.ndarray, features: np.ndarray | None = None,
@@ -131,14 +130,54 @@ def check_keep(keep: float) -> float:
 
 def load_scope(folder: Path) -> Scope | None:
     """The scope saved in a student's (or an export's) folder; None when it has none."""
-    path = Path(folder) / FILE
+    return _read(folder, FILE, lambda z: _scope(json.loads(str(z["settings"])), z))
+
+
+def fit_task_scopes(logits: np.ndarray, features: np.ndarray | None, heads, **fit) -> dict[str, Scope]:
+    """A several-task student's scope per task: each fitted as fit_scope fits a one-task student's, on the task's
+    own columns (its classes) and the shared features."""
+    logits = np.asarray(logits)
+    return {head.name: fit_scope(logits[:, head.columns], features, **fit) for head in heads}
+
+
+def save_task_scopes(folder: Path, scopes: dict[str, Scope]) -> None:
+    """scope-tasks.npz: `settings` (JSON: the tasks' scopes in order) and each rmd's Gaussians under `I:NAME`."""
+    arrays = {"settings": np.array(json.dumps([{"task": task, **scope.as_json()} for task, scope in scopes.items()],
+                                              sort_keys=True))}
+    for i, scope in enumerate(scopes.values()):
+        if scope.rmd is not None:
+            arrays.update({f"{i}:{key}": value for key, value in scope.rmd.arrays().items()})
+    _write(folder, TASKS_FILE, arrays)
+
+
+def load_task_scopes(folder: Path) -> dict[str, Scope]:
+    """A several-task student's (or its export's) scopes by task; empty when it has none."""
+    def parse(z) -> dict[str, Scope]:
+        return {settings["task"]: _scope(settings, {key.split(":", 1)[1]: z[key] for key in z.files
+                                                    if key.startswith(f"{i}:")})
+                for i, settings in enumerate(json.loads(str(z["settings"])))}
+
+    return _read(folder, TASKS_FILE, parse) or {}
+
+
+def _scope(settings: dict, arrays) -> Scope:
+    rmd = RMDModel.from_arrays(arrays) if settings["score"] == "rmd" else None
+    return Scope(score=str(settings["score"]), threshold=float(settings["threshold"]), keep=float(settings["keep"]),
+                 rows=int(settings["rows"]), data=str(settings.get("data", "")), rmd=rmd,
+                 note=str(settings.get("note", "")))
+
+
+def _write(folder: Path, name: str, arrays: dict) -> None:
+    tmp = Path(folder) / f".{name}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, Path(folder) / name)
+
+
+def _read(folder: Path, name: str, parse):
+    """parse(the open .npz); None when there is none; an unreadable one is one line."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            settings = json.loads(str(z["settings"]))
-            rmd = RMDModel.from_arrays(z) if settings["score"] == "rmd" else None
-        return Scope(score=str(settings["score"]), threshold=float(settings["threshold"]),
-                     keep=float(settings["keep"]), rows=int(settings["rows"]), data=str(settings.get("data", "")),
-                     rmd=rmd, note=str(settings.get("note", "")))
+        with np.load(Path(folder) / name, allow_pickle=False) as z:
+            return parse(z)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:

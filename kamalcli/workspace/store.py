@@ -472,9 +472,10 @@ class Store:
         self._delete("students", student.id)
         return student
 
-    def teacher_of_student(self, student_id: int) -> Teacher | None:
-        row = self._one("SELECT * FROM teachers WHERE student_id = ?", [student_id])
-        return self._teacher(row) if row else None
+    def teachers_of_student(self, student_id: int) -> list[Teacher]:
+        """The teachers kamal extend registered from a student: its own folder, or one cut per task."""
+        return [self._teacher(row) for row in self._rows("SELECT * FROM teachers WHERE student_id = ? ORDER BY id",
+                                                         [student_id])]
 
     # -- evaluations ------------------------------------------------------------
     def add_evaluation(self, *, dataset_id: int, metrics: dict, student_id: int | None = None,
