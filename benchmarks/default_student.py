@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 import corpora
 import cross_lingual
 from common import AT_DEFAULTS, DEFAULT_DATA, DOMAIN_PROMPT, HALF_A, HALF_B, PROFILES, RESULTS, WORK, Bench, Workspace, \
@@ -566,4 +568,135 @@ def ablation_table(stored: dict) -> str:
             "setting.\n\n" + markdown(headers, rows))
 
 
-SCENARIOS = {"default-student": default_student, "default-ablation": default_ablation}
+# issue 65: what a few gold labels add, the way a user gives them: `add-data` (an eval set: probe measures the
+# selection scores on real rows, the recipe reads them), `amalgamate --gold` (their cross-entropy beside the method's
+# loss) and `--rmd-fit` (RMD and the prior's prototypes fitted on real rows); the peer a user makes from the same rows
+GOLD_ROWS = (100,)                # labelled rows per student
+GOLD_CHOICES = ("random", "queue")  # random pool rows; `kamal label-queue --student` with the label-free default
+
+
+def gold_labels(bench: Bench) -> None:
+    """kamal's default with GOLD_ROWS gold rows of the pool, chosen each way, beside the peer on the same rows
+    (HEAD_REFERENCE) and the default without labels; stored settings keep their figures."""
+    results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
+    stored = json.loads(results.read_text()).get("settings", {}) if results.is_file() else {}
+    for title, setting in SETTINGS.items():
+        if not bench.runs(title) or setting.head_reference is None or setting.key.startswith("protocols-cross"):
+            continue
+        ws = student_workspace(bench, setting)
+        generated_and_probed(bench, setting, ws)
+        unlabelled = train_default(bench, setting, ws)
+        pool = {r["text"]: r for r in setting.rows(bench, "realistic")}
+        figures = {"role": setting.role, "seed": bench.seeds[0], "no labels": _test_cells(ws, unlabelled), "rows": {}}
+        for n in GOLD_ROWS:
+            for choice in GOLD_CHOICES:
+                key = f"{choice}-{n}"
+                rows = _gold_rows(bench, ws, pool, n, choice, unlabelled)
+                figures["rows"][key] = {"kamal": _test_cells(ws, _gold_student(bench, setting, ws, key, rows)),
+                                        "peer": _peer(bench, setting, key, rows),
+                                        "logistic": logistic_peer(rows, setting.tests(bench)["test"]),
+                                        "classes": len({r["label"] for r in rows})}
+        stored[title] = figures
+    write_results(bench, {"settings": stored}, gold_table(stored))
+
+
+def _test_cells(ws: Workspace, student: str) -> dict:
+    metrics = ws.json("eval", student, "--data", "test")
+    return {k: metrics[k] for k in ("accuracy", "macro_f1")}
+
+
+def _gold_rows(bench: Bench, ws: Workspace, pool: dict, n: int, choice: str, student: str) -> list[dict]:
+    """n pool rows with their gold labels: random (seeded), or the ones `kamal label-queue` asks for."""
+    if choice == "random":
+        return sample(list(pool.values()), n, f"gold-{n}-s{bench.seeds[0]}")
+    out = ws.root / "data" / f"queue-{n}.csv"
+    if not out.is_file():
+        ws("label-queue", "--data", PROTOCOLS["realistic"][0], "--n", n, "--out", out, "--student", student, quiet=True)
+    import csv
+    with open(out, newline="", encoding="utf-8") as f:
+        return [pool[row["text"]] for row in csv.DictReader(f)]
+
+
+def _gold_student(bench: Bench, setting: Setting, ws: Workspace, key: str, rows: list[dict]) -> str:
+    """The default trained with the gold rows as a user gives them; the set withdrawn afterwards (an eval set would
+    steer every later student's recipe)."""
+    name, gold = f"gold-{key}-s{bench.seeds[0]}", f"gold-{key}"
+    if not ws.has_student(name):
+        for other in [d["name"] for d in ws.json("data") if d["name"].startswith("gold-")]:
+            ws("remove-data", other, quiet=True)  # an earlier run's, cut short
+        _write(ws, gold, rows, True, "eval")
+        bench.say(f"kamal probe; amalgamate {name} --gold {gold} --rmd-fit {gold}")
+        ws("probe", quiet=True)
+        _, method, options, extra = DEFAULT_ROW
+        bench.train_student(ws, f"gold-{key}", method, list(setting.teachers), bench.seeds[0], options,
+                            base=setting.base, data=PROTOCOLS["realistic"][0], default_budget=True,
+                            extra=(*extra, *setting.student, "--gold", gold, "--rmd-fit", gold))
+        ws("remove-data", gold, quiet=True)
+    return name
+
+
+def _peer(bench: Bench, setting: Setting, key: str, rows: list[dict]) -> dict:
+    """The logistic head on frozen minilm-l6 vectors of the same rows (what a user makes from them alone)."""
+    ws = bench.init(WORK / f"{bench.profile.name}-{setting.key}-gold-peers")
+    _write(ws, "test", setting.tests(bench)["test"], True, "test")
+    _write(ws, f"gold-{key}", rows, True, "eval")
+    name = f"peer-{key}-s{bench.seeds[0]}"
+    if not ws.has_teacher(name):
+        train = bench.profile.train_args(None, bench.seeds[0])
+        at = train.index("--max-length")
+        ws("train-teacher", f"gold-{key}", "--labels", ",".join(sorted({r["label"] for r in rows})), "--name", name,
+           *HEAD_REFERENCE, *train[:at], *train[at + 2:], quiet=True)
+    metrics = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
+    return {k: metrics[k] for k in ("accuracy", "macro_f1")}
+
+
+def logistic_peer(rows: list[dict], tests: list[dict], c: float = 10.0) -> dict:
+    """Logistic regression to convergence (L-BFGS, L2 as scikit-learn's C) on frozen minilm-l6 mean vectors of the
+    rows, measured on the test rows: stronger than HEAD_REFERENCE's short run on first-token states (measured on
+    the confirm settings' pools), so the peer a careful user makes."""
+    import torch
+
+    from kamalcli.probe.encoder import text_vectors
+    from kamalcli.train.metrics import classification_metrics
+
+    labels = sorted({r["label"] for r in rows})
+    x = torch.from_numpy(text_vectors("minilm-l6", [r["text"] for r in rows], 128)).double()
+    y = torch.tensor([labels.index(r["label"]) for r in rows])
+    linear = torch.nn.Linear(x.shape[1], len(labels)).double()
+    torch.nn.init.zeros_(linear.weight), torch.nn.init.zeros_(linear.bias)
+    optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(linear(x), y, reduction="sum") * c + 0.5 * linear.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        pred = linear(torch.from_numpy(text_vectors("minilm-l6", [r["text"] for r in tests], 128)).double()).argmax(1)
+    gold = [labels.index(r["label"]) if r["label"] in labels else -1 for r in tests]
+    metrics = classification_metrics(pred.numpy(), np.asarray(gold), labels)
+    return {k: metrics[k] for k in ("accuracy", "macro_f1")}
+
+
+def gold_table(stored: dict) -> str:
+    """Accuracy / macro-F1 per setting: no labels, each choice of gold rows for kamal and for the peer."""
+    titles = [t for t in SETTINGS if t in stored]
+    keys = [f"{c}-{n}" for n in GOLD_ROWS for c in GOLD_CHOICES]
+    cell = lambda m: f"{100 * m['accuracy']:.1f} / {100 * m['macro_f1']:.1f}"  # noqa: E731
+    rows = [["kamal's default, no labels", *(cell(stored[t]["no labels"]) for t in titles)]]
+    for key in keys:
+        rows.append([f"kamal's default with {key.replace('-', ' ')} gold rows (`--gold`, `--rmd-fit`, an eval set)",
+                     *(cell(stored[t]["rows"][key]["kamal"]) if key in stored[t]["rows"] else "-" for t in titles)])
+        rows.append(["the peer on the same rows: `train-teacher --fit head` on frozen minilm-l6 (first-token states)",
+                     *(cell(stored[t]["rows"][key]["peer"]) if key in stored[t]["rows"] else "-" for t in titles)])
+        rows.append(["the peer on the same rows: logistic regression to convergence on minilm-l6 mean vectors",
+                     *(cell(stored[t]["rows"][key]["logistic"]) if key in stored[t]["rows"] else "-" for t in titles)])
+    headers = ["accuracy / macro-F1 %", *(f"{t} ({stored[t]['role']})" for t in titles)]
+    return ("The gold rows are pool rows with their labels, given as a user gives them: added as an eval set (probe "
+            "measures the selection scores on them), `--gold` and `--rmd-fit`; one draw, one seed, realistic "
+            "protocol, the setting's test rows.\n\n" + markdown(headers, rows))
+
+
+SCENARIOS = {"default-student": default_student, "default-ablation": default_ablation, "gold-labels": gold_labels}

@@ -295,6 +295,7 @@ def test_extend_adds_a_task_then_grows_one_task_and_adds_a_multi_label_one(tasks
     assert "Extending topics (4 labels) with 2 new: tone/calm, tone/angry." in out
     assert "Task default: muki-hard on topics-as-teacher." not in out  # one teacher: vanilla-kd keeps the topics
     assert "Task default: vanilla-kd on topics-as-teacher." in out and "Task tone: vanilla-kd on tone." in out
+    assert "calibrate=rank" not in out  # no new teacher meets the old student in a task: nothing to compare
     students = {s["name"]: s for s in tasks.json("students")}
     toned = students["toned"]
     assert toned["parent"] == "topics" and [h["name"] for h in toned["train"]["heads"]] == ["default", "tone"]
@@ -304,7 +305,7 @@ def test_extend_adds_a_task_then_grows_one_task_and_adds_a_multi_label_one(tasks
     out = tasks("extend", "toned", "--teacher", "life", "--teacher", "tagger", "--name", "grown", *TRAIN).output
     assert "as teacher toned-default-as-teacher for its 4 labels of task default" in out
     assert "with 5 new: default/health, default/arts, tags/short, tags/sporty, tags/money." in out
-    assert "Task default: muki-hard on toned-default-as-teacher, life." in out
+    assert "Task default: muki-hard on toned-default-as-teacher, life." in out and "(calibrate=rank)" in out
     assert "Task tags: multi-label on tagger." in out
     cut = {t["name"]: t for t in tasks.json("teachers")}
     assert cut["toned-tone-as-teacher"]["labels"] == ["calm", "angry"] and cut["toned-tone-as-teacher"]["head"] == "tone"

@@ -118,7 +118,8 @@ def extend(workspace, store, base: AmalgamateRequest, *, student_name: str, teac
     token = parent.task == "token"
     if any(t.task != parent.task for t in new):
         raise KamalError(f"{parent.name} {'tags tokens' if token else 'classifies texts'}; every new teacher must too")
-    if (method.startswith("muki") and not token  # token-level MUKI compares entity-only confidences raw
+    joins_old = any(t.head_name in {h.name for h in heads} for t in new)  # else the old student is alone in its tasks
+    if (method.startswith("muki") and not token and joins_old  # token-level MUKI compares entity-only confidences raw
             and not any(o.split("=")[0].strip() == "calibrate" for o in base.options)):
         # The old student, distilled on soft targets, is less sure of everything than a freshly
         # fine-tuned teacher; compared raw, it loses its own labels (measured: benchmarks, extension).
