@@ -572,7 +572,7 @@ def ablation_table(stored: dict) -> str:
 # selection scores on real rows, the recipe reads them), `amalgamate --gold` (their cross-entropy beside the method's
 # loss) and `--rmd-fit` (RMD and the prior's prototypes fitted on real rows); the peer a user makes from the same rows
 GOLD_ROWS = (100,)                # labelled rows per student
-GOLD_CHOICES = ("random",)  # random pool rows; "queue": `kamal label-queue --student` with the label-free default
+GOLD_CHOICES = ("random", "queue")  # random pool rows; `kamal label-queue --student` with the label-free default
 
 
 def gold_labels(bench: Bench) -> None:
