@@ -96,7 +96,7 @@ def test_every_benchmark_script_loads():
 
     scripts = sorted((ROOT / "benchmarks").glob("*.py"))
     assert 2 < len(scripts) <= 12  # a bench, not a notebook: one-off experiments live in git's history
-    assert sum(len(p.read_text().splitlines()) for p in scripts) <= 3650, "benchmarks/*.py: at most 3,650 lines"
+    assert sum(len(p.read_text().splitlines()) for p in scripts) <= 3800, "benchmarks/*.py: at most 3,800 lines"
     code = ("import runpy, sys\n"
             "sys.path.insert(0, sys.argv[1].rsplit('/', 1)[0])  # as `python benchmarks/run.py` has it\n"
             "for path in sys.argv[1:]:\n"

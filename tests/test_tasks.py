@@ -331,8 +331,7 @@ def test_extend_adds_a_task_then_grows_one_task_and_adds_a_multi_label_one(tasks
     assert torch.equal(started[:4], parent[:4]) and torch.equal(started[6:8], parent[4:6])
 
 
-def test_what_a_several_task_student_does_not_do_yet_is_one_line(tasks, assets, trained):
-    tasks("amalgamate", "--method", "vanilla-kd", "--name", "all", "--student", assets["encoder"], *TRAIN)
+def test_the_queue_of_several_tasks_is_refused_in_one_line(tasks):
     out = tasks("label-queue", "--data", "pool", "--n", "5", "--out", "queue.csv", code=2).output
     assert "several tasks" in out and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
 

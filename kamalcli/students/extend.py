@@ -40,14 +40,14 @@ def student_as_teachers(workspace, store, student, say=print) -> list:
     from kamalcli.teachers.register import register_teacher
 
     heads, existing = student_heads(store, student), store.teachers_of_student(student.id)
-    if is_plain(heads) and existing:
+    plain = is_plain(heads)
+    if plain and existing:
         return existing[:1]
     by_task, teachers = {t.head_name: t for t in existing}, []
     for head in heads:
         if head.name in by_task:
             teachers.append(by_task[head.name])
             continue
-        plain = is_plain(heads)
         path = student.path if plain else task_folder(workspace, student, head)
         name = default_name(f"{student.name}-as-teacher" if plain else f"{student.name}-{head.name}-as-teacher")
         teacher, _ = register_teacher(workspace, store, str(path), name=name, labels=None, origin="student",
