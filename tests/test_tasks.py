@@ -210,12 +210,15 @@ def _scoped_per_task(tasks) -> None:
     assert refit["tasks"]["tone"]["score"] == "msp" and refit["tasks"]["tone"]["keep"] == 0.5
     flagged = tasks.json("eval", "all", "--data", "tone-test")["scope"]["flagged"]
     assert 0.2 <= flagged <= 0.8  # half the pool's rows kept: about half of texts like them flagged
-    from types import SimpleNamespace
-
     from kamalcli.cli.student_cmds import _trust_cell
+    from kamalcli.workspace.folder import find_workspace
+    from kamalcli.workspace.store import Store
 
-    record = next(s for s in tasks.json("students") if s["name"] == "all")
-    assert "tone msp, keeps 50.0%" in _trust_cell(SimpleNamespace(scope=record["scope"], calibration=None))
+    store = Store.open(find_workspace(tasks.workspace))
+    try:
+        assert "tone msp, keeps 50.0%" in _trust_cell(store.student("all"))
+    finally:
+        store.close()
 
 
 def _one_task_calibrated(tasks, tmp_path) -> dict:

@@ -178,12 +178,9 @@ def remove_student(app: App, name: str) -> None:
 
 def _trust_cell(student) -> str:
     """What the student says about itself: its scope score and the coverage it was calibrated for."""
-    scopes = (student.scope or {}).get("tasks") or ({"": student.scope} if student.scope else {})
-    parts = [f"{task + ' ' if task else ''}{s['score']}, keeps {pct(s['keep'])}%" for task, s in scopes.items()]
-    if student.calibration and "tasks" in student.calibration:
-        parts += [f"{task} sets {pct(c['coverage'])}%" for task, c in student.calibration["tasks"].items()]
-    elif student.calibration:
-        parts.append(f"sets {pct(student.calibration['coverage'])}%")
+    parts = [f"{task + ' ' if task else ''}{s['score']}, keeps {pct(s['keep'])}%"
+             for task, s in student.by_task("scope").items()]
+    parts += [f"{task + ' ' if task else ''}sets {pct(c['coverage'])}%" for task, c in student.by_task("calibration").items()]
     return "; ".join(parts) or "-"
 
 

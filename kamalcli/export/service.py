@@ -104,28 +104,29 @@ SCORE_WORDS = {
 def trust_section(student) -> str:
     """What the student says about itself (kamalcli/trust), and the files an export carries for it."""
     lines = []
-    for task, s in (student.scope or {}).get("tasks", {}).items():
-        lines.append(f"- Out of scope of task {task} (`scope-tasks.npz`, settings and arrays per task in order): a text "
-                     f"whose score on the task's columns is below {s['threshold']:.6g} is likely outside what its "
-                     f"teachers knew (it keeps {100 * s['keep']:.0f}% of the {s['rows']} rows of {s['data']}). The "
-                     f"score is {SCORE_WORDS.get(s['score'], s['score'])}.")
-    if student.scope and "tasks" not in student.scope:
-        s = student.scope
-        lines.append(f"- Out of scope: a text whose scope score is below {s['threshold']:.6g} is likely outside what "
-                     f"the teachers knew (that threshold keeps {100 * s['keep']:.0f}% of the {s['rows']} rows of "
-                     f"{s['data']} it was fitted on). The score is {SCORE_WORDS.get(s['score'], s['score'])}. "
-                     "`scope.npz` holds it (`settings`, JSON); `kamal predict --json` gives `in_scope` and "
-                     "`scope_score`.")
-    for task, c in (student.calibration or {}).get("tasks", {}).items():
-        lines.append(f"- Prediction sets of task {task} (split conformal, `calibration-tasks.json`): a label of the task "
-                     f"is in the set when its probability is at least {max(0.0, 1 - c['threshold']):.6g}; the set "
-                     f"holds the true label with probability {c['coverage']:g}, calibrated on {c['rows']} labelled rows "
-                     f"of {c['data']}.")
-    if student.calibration and "tasks" not in student.calibration:
-        c = student.calibration
-        lines.append(f"- Prediction sets (split conformal, `calibration.json`): a label is in the set when its "
-                     f"probability is at least {max(0.0, 1 - c['threshold']):.6g}; the set holds the true label with "
-                     f"probability {c['coverage']:g}, calibrated on {c['rows']} labelled rows of {c['data']}.")
+    for task, s in student.by_task("scope").items():
+        score = SCORE_WORDS.get(s["score"], s["score"])
+        if task is None:
+            lines.append(f"- Out of scope: a text whose scope score is below {s['threshold']:.6g} is likely outside "
+                         f"what the teachers knew (that threshold keeps {100 * s['keep']:.0f}% of the {s['rows']} rows "
+                         f"of {s['data']} it was fitted on). The score is {score}. `scope.npz` holds it (`settings`, "
+                         "JSON); `kamal predict --json` gives `in_scope` and `scope_score`.")
+        else:
+            lines.append(f"- Out of scope of task {task} (`scope-tasks.npz`, settings and arrays per task in order): a "
+                         f"text whose score on the task's columns is below {s['threshold']:.6g} is likely outside what "
+                         f"its teachers knew (it keeps {100 * s['keep']:.0f}% of the {s['rows']} rows of {s['data']}). "
+                         f"The score is {score}.")
+    for task, c in student.by_task("calibration").items():
+        at_least = max(0.0, 1 - c["threshold"])
+        if task is None:
+            lines.append(f"- Prediction sets (split conformal, `calibration.json`): a label is in the set when its "
+                         f"probability is at least {at_least:.6g}; the set holds the true label with probability "
+                         f"{c['coverage']:g}, calibrated on {c['rows']} labelled rows of {c['data']}.")
+        else:
+            lines.append(f"- Prediction sets of task {task} (split conformal, `calibration-tasks.json`): a label of the "
+                         f"task is in the set when its probability is at least {at_least:.6g}; the set holds the true "
+                         f"label with probability {c['coverage']:g}, calibrated on {c['rows']} labelled rows of "
+                         f"{c['data']}.")
     return "## Scope and prediction sets\n\n" + "\n".join(lines) if lines else ""
 
 

@@ -167,7 +167,7 @@ def _train_student(workspace, store, job: Job, probe_request, workdir, run, say,
 def _fit_scope(problem, dataset, train_config, *, token_level: bool, say, states=None):
     """The student's scope score, fitted on its transfer rows (kamalcli/trust/scope.py); none for token students.
     states: the encoder's first-token states of those rows when --fit head cached them (no second pass)."""
-    from kamalcli.students.trust import scope_from_model, scope_from_states, task_scopes_from_model
+    from kamalcli.students.trust import scope_from_model, scope_from_states
     from kamalcli.trust.scope import MIN_ROWS
 
     if token_level:
@@ -177,8 +177,8 @@ def _fit_scope(problem, dataset, train_config, *, token_level: bool, say, states
             f"`kamal scope STUDENT --data NAME` fits one on more text.")
         return None
     if problem.heads:
-        scopes = task_scopes_from_model(problem.model, problem.encoded, problem.heads, data=dataset.name,
-                                        device=train_config.device, seed=train_config.seed)
+        scopes = scope_from_model(problem.model, problem.encoded, data=dataset.name, device=train_config.device,
+                                  seed=train_config.seed, heads=problem.heads)
         first = next(iter(scopes.values()))
         say(f"Scope: a score per task fitted on {first.rows} rows of {dataset.name}; texts scoring below a task's are "
             f"flagged out of its scope (it keeps {100 * first.keep:.0f}% of them).")

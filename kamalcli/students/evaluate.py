@@ -38,20 +38,16 @@ def evaluate_student(store, student, dataset, *, device: str = "auto", batch_siz
     gold_idx = np.asarray(student.aliases.indices(gold, student.labels))  # the aliases it was trained with
     metrics = classification_metrics(pred, gold_idx, student.labels)
     metrics.update(trust_metrics(found, gold_idx))
-    if student.parent:
-        parent = store.find_student(student.parent)
-        if parent is not None:
-            old = [student.labels.index(n) for n in parent.labels if n in student.labels]
-            new = [i for i in range(len(student.labels)) if i not in old]
-            metrics["old_label_accuracy"] = subset_accuracy(pred, gold_idx, old)
-            metrics["new_label_accuracy"] = subset_accuracy(pred, gold_idx, new)
+    parent = store.find_student(student.parent) if student.parent else None
+    if parent is not None:
+        metrics.update(old_and_new_accuracy(pred, gold_idx, student.labels, parent.labels))
     store.add_evaluation(student_id=student.id, dataset_id=dataset.id, metrics=metrics)
     return metrics
 
 
 def _old_and_new_labels(store, student, heads, metrics: dict, logits: np.ndarray, gold: list[str]) -> dict:
-    """An extended student's accuracy on the gold labels of a single-label task that its parent had, and on the
-    others (its new labels, or a task the parent did not have)."""
+    """An extended student's old- and new-label accuracy within the single-label task measured: old, the labels
+    its parent's head of that task had (none when the task is new)."""
     from kamalcli.heads import head_named
     from kamalcli.students.problem import student_heads
 
@@ -60,10 +56,15 @@ def _old_and_new_labels(store, student, heads, metrics: dict, logits: np.ndarray
     if parent is None or head.multi_label:
         return {}
     had = next((h.labels for h in student_heads(store, parent) if h.name == head.name), ())
-    old = [i for i, label in enumerate(head.labels) if label in had]
-    pred, gold_idx = logits[:, head.columns].argmax(axis=1), label_indices(gold, head.labels)
+    return old_and_new_accuracy(logits[:, head.columns].argmax(axis=1), label_indices(gold, head.labels),
+                                head.labels, had)
+
+
+def old_and_new_accuracy(pred: np.ndarray, gold_idx: np.ndarray, labels, had) -> dict:
+    """Accuracy on the rows whose gold label is one the parent had, and on the others."""
+    old = [i for i, label in enumerate(labels) if label in had]
     return {"old_label_accuracy": subset_accuracy(pred, gold_idx, old),
-            "new_label_accuracy": subset_accuracy(pred, gold_idx, [i for i in range(len(head.labels)) if i not in old])}
+            "new_label_accuracy": subset_accuracy(pred, gold_idx, [i for i in range(len(labels)) if i not in old])}
 
 
 def task_metrics(logits: np.ndarray, gold: list[str], heads, task: str | None, data_name: str,

@@ -90,9 +90,9 @@ def _task_rows(student, heads, texts: list[str], export, device: str, top: int) 
     from kamalcli.heads import THRESHOLD
 
     scopes = task_scopes(student, export)
-    found = text_outputs(student, texts, export=export, device=device,
-                         features=any(s.needs_features for s in scopes.values()))
-    if found.features is None and any(s.needs_features for s in scopes.values()):
+    reads_features = any(s.needs_features for s in scopes.values())
+    found = text_outputs(student, texts, export=export, device=device, features=reads_features)
+    if reads_features and found.features is None:
         scopes = {}  # an ONNX export without `features`: text_outputs said so
     answers = [(head, head.probabilities(found.logits)) for head in heads]
     scores = {head.name: scopes[head.name].scores(found.logits[:, head.columns], found.features) for head in heads

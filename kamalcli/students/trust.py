@@ -30,12 +30,20 @@ def sequence_student(student, what: str, tasks: bool = False):
 
 
 def scope_from_model(model, encoded, *, data: str, device: str, keep: float = DEFAULT_KEEP,
-                     score: str = DEFAULT_SCORE, seed: int = 0) -> Scope:
-    """The scope of a model in memory over encoded transfer rows (amalgamate fits it before saving)."""
+                     score: str = DEFAULT_SCORE, seed: int = 0, heads=None) -> Scope | dict[str, Scope]:
+    """The scope of a model in memory over encoded transfer rows (amalgamate fits it before saving); with heads,
+    a several-task student's scope per task."""
     from kamalcli.models.inference import logits_and_features
 
     logits, features = logits_and_features(model, encoded, device=device)
-    return _note_said(fit_scope(logits, features, score=score, keep=keep, data=data, seed=seed))
+    return _fitted(logits, features, heads, score=score, keep=keep, data=data, seed=seed)
+
+
+def _fitted(logits, features, heads=None, **fit) -> Scope | dict[str, Scope]:
+    """fit_scope, or with heads (a several-task student's) a scope per task; each note said."""
+    if heads:
+        return {task: _note_said(s, task) for task, s in fit_task_scopes(logits, features, heads, **fit).items()}
+    return _note_said(fit_scope(logits, features, **fit))
 
 
 def scope_from_states(model, states, *, data: str, keep: float = DEFAULT_KEEP, score: str = DEFAULT_SCORE,
@@ -73,14 +81,10 @@ def fit_student_scope(store, student, dataset, *, keep: float = DEFAULT_KEEP, sc
     texts, _ = load_dataset_rows(dataset)
     logits, features = classifier_logits_and_features(folder, texts, student.max_length, device=resolve_device(device))
     heads = heads_of_student(student)
-    if not is_plain(heads):
-        scopes = {task: _note_said(s, task) for task, s in fit_task_scopes(logits, features, heads, score=score, keep=keep,
-                                                                     data=dataset.name, seed=student.seed).items()}
-        save_scopes(store, student, folder, scopes)
-        return scopes
-    scope = _note_said(fit_scope(logits, features, score=score, keep=keep, data=dataset.name, seed=student.seed))
-    save_scopes(store, student, folder, scope)
-    return scope
+    fitted = _fitted(logits, features, None if is_plain(heads) else heads, score=score, keep=keep, data=dataset.name,
+                     seed=student.seed)
+    save_scopes(store, student, folder, fitted)
+    return fitted
 
 
 def save_scopes(store, student, folder: Path, scope: Scope | dict[str, Scope]) -> None:
@@ -102,14 +106,6 @@ def write_scopes(folder: Path, scope: Scope | dict[str, Scope]) -> None:
         save_task_scopes(folder, scope)
     else:
         scope.save(folder)
-
-
-def task_scopes_from_model(model, encoded, heads, *, data: str, device: str, seed: int = 0) -> dict[str, Scope]:
-    """A several-task student's scope per task, from the model in memory (amalgamate fits them before saving)."""
-    from kamalcli.models.inference import logits_and_features
-
-    logits, features = logits_and_features(model, encoded, device=device)
-    return {task: _note_said(s, task) for task, s in fit_task_scopes(logits, features, heads, data=data, seed=seed).items()}
 
 
 def calibrate_student(store, student, dataset, *, coverage: float = 0.9, device: str = "cpu", task: str | None = None):

@@ -193,6 +193,14 @@ class Student:
     scope: dict | None = None         # kamalcli/trust/scope.py: Scope.as_json(), fitted on its transfer rows
     calibration: dict | None = None   # kamalcli/trust/conformal.py: Calibration.as_json(), from kamal calibrate
 
+    def by_task(self, kind: str) -> dict[str | None, dict]:
+        """Its scope or calibration (kind) as recorded, by task: {task: settings} for a student of several tasks,
+        {None: settings} for one task, {} when it has none."""
+        record = getattr(self, kind)
+        if not record:
+            return {}
+        return dict(record["tasks"]) if "tasks" in record else {None: record}
+
     @property
     def folder(self) -> Path:
         """The student's saved folder; a one-line error if it is gone from disk."""
