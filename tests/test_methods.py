@@ -157,6 +157,30 @@ def test_commit_mixes_mukis_hard_target_and_weight_with_vanilla_kds():
     assert m.build(out, m.parse(["score=mc-dropout"])).info["commit"] == 1.0  # auto, nothing measured: MUKI's
 
 
+def test_commit_auto_falls_back_to_vanilla_kds_target_where_the_pick_starves_a_teacher():
+    from dataclasses import replace
+
+    from kamalcli.recipe.recipe import starved
+
+    # every row picks teacher a, where vanilla-kd's target credits b with a mean mass of
+    # (29.47 - 9.389) / 29.47, 3.718 / 7.437 and 2.649 / 8.085 over the three rows: 0.5144; 0 < 0.25 * 0.5144
+    out = replace(outputs(), confidence={"mc-dropout": np.array([[0.9, 0.2], [0.8, 0.7], [0.6, 0.5]])})
+    m, vanilla = get_method("muki-hard"), get_method("vanilla-kd")
+    guarded = m.build(out, m.parse(["score=mc-dropout"]))
+    assert guarded.info["commit"] == 0.0 and guarded.info["chosen_share"] == {"a": 1.0, "b": 0.0}
+    assert guarded.info["starved"] == {"b": (0.0, pytest.approx(0.5144, abs=1e-4))}
+    assert np.allclose(guarded.arrays["target"], vanilla.build(out, vanilla.parse([])).arrays["target"], atol=1e-6)
+    assert np.allclose(guarded.weights, 1)
+    # a commit asked for, and MUKI as published, keep the pick; a pick giving b a third of the rows starves nobody
+    for asked in (["score=mc-dropout", "commit=1"], ["paper=true"]):
+        kept = m.build(out, m.parse(asked))
+        assert kept.info["commit"] == 1.0 and "starved" not in kept.info
+        assert np.allclose(kept.arrays["target"][:, 2:], 0)
+    assert m.build(outputs(), m.parse(["score=mc-dropout"])).info["commit"] == 1.0
+    assert starved([1.0, 0.0], [0.5, 0.5]) == [1] and starved([0.9, 0.1], [0.6, 0.4]) == []
+    assert starved([0.2, 0.8], [0.98, 0.02]) == [0] and starved([0.5, 0.5], [0.98, 0.02]) == []
+
+
 def test_a_prior_multiplies_the_target_and_is_renormalised():
     from dataclasses import replace
 

@@ -69,6 +69,7 @@ def test_where_the_prototypes_do_not_read_a_teacher_its_rmd_is_refitted_and_the_
     assert recipe.value("prior") == "synth within a" and recipe.evidence("prior")["teachers"] == ["a"]
     assert recipe.value("refit") == "b" and recipe.evidence("refit")["teachers"] == ["b"]
     assert recipe.value("commit") == 1.0  # rmd's 90% is clearly above vanilla-kd's own pick (energy, 60%)
+    assert recipe.options_for(muki_hard()).commit == "auto"  # committing: MUKI's target, guarded as it is built
     assert recipe.value("smooth") == 0 and "does not read every teacher's rows" in recipe.get("smooth").reason
 
 

@@ -117,7 +117,8 @@ Prior = Literal["auto", "prototype", "none"]
 
 @dataclass(frozen=True)
 class MukiHardOptions(MukiOptions):
-    commit: float | Literal["auto"] = "auto"  # 1: MUKI's hard target, 0: vanilla-kd's; auto: 1 or 0, measured
+    commit: float | Literal["auto"] = "auto"  # 1: MUKI's hard target, 0: vanilla-kd's; auto: 1 or 0, measured (1
+    # falls back to 0 where the pick starves a teacher vanilla-kd's target credits)
     prior: Prior = "auto"  # prototype: the target times the prototype classifier's; auto: that where it can be built
     smooth: int | Literal["auto"] = "auto"  # each row's target half averaged over this many nearest rows; 0: none
 
@@ -138,9 +139,16 @@ class MukiHardOptions(MukiOptions):
         return smooth_neighbours(self)
 
     @property
+    def guarded(self) -> bool:
+        """commit=auto (not paper=true) commits with the recipe's guard: a pick that starves a teacher falls back to
+        vanilla-kd's target (kamalcli/recipe/recipe.py `starved`). A number asked for is kept as asked."""
+        return self.commit == "auto" and not self.paper
+
+    @property
     def committed(self) -> float:
         """How far the hard target commits to the picked teacher: 1 unless a measured skill set it (Recipe.options_for
-        turns commit=auto into a number before training; without a measurement, or with paper=true, it stays 1)."""
+        turns commit=auto into the number it decided where that is under 1; committing, without a measurement, or
+        with paper=true, it stays 1, the first two guarded)."""
         return 1.0 if self.paper or self.commit == "auto" else float(self.commit)
 
 
@@ -222,14 +230,17 @@ def with_prior(target: np.ndarray, prior: np.ndarray, blocks: list[np.ndarray] |
 def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
     from kamalcli.methods.losses import kl_loss
 
+    from kamalcli.methods.vanilla_kd import union_logits
+
     commit = options.committed
     confidence, padded, weights, info = _muki_common(outputs, options, picks=commit > 0)
     chosen = confidence.argmax(axis=1)
+    share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     target = hard_target(padded, confidence)
+    concatenated = softmax(union_logits(outputs, options.temperature), axis=1)
+    if commit > 0 and options.guarded:
+        commit = _guard(share, concatenated, outputs, info)
     if commit < 1:
-        from kamalcli.methods.vanilla_kd import union_logits
-
-        concatenated = softmax(union_logits(outputs, options.temperature), axis=1)
         target = commit * target + (1 - commit) * concatenated
         weights = None if weights is None else commit * weights + (1 - commit)
     info["commit"] = commit
@@ -243,11 +254,22 @@ def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Object
 
         target = smoothed(target, outputs.neighbours)
         info["smooth"] = int(outputs.neighbours.shape[1])
-    share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     info["chosen_share"] = dict(zip(outputs.teachers, share.round(4).tolist()))
     if weights is not None:
         info["mean_weight"] = float(weights.mean())
     return Objective({"target": target.astype(np.float32)}, kl_loss(options.temperature), weights, info)
+
+
+def _guard(share: np.ndarray, concatenated: np.ndarray, outputs: TeacherOutputs, info: dict) -> float:
+    """commit=auto's guard (kamalcli/recipe/recipe.py `starved`): 0 (vanilla-kd's target) where the pick starves a
+    teacher vanilla-kd's target credits, else 1; info["starved"] names them, with their share and credit."""
+    from kamalcli.recipe.recipe import starved
+
+    credited = [float(concatenated[:, outputs.space.blocks[t]].sum(axis=1).mean()) for t in outputs.teachers]
+    which = starved(share, credited)
+    if which:
+        info["starved"] = {outputs.teachers[i]: (round(float(share[i]), 4), round(credited[i], 4)) for i in which}
+    return 0.0 if which else 1.0
 
 
 def build_muki_soft(outputs: TeacherOutputs, options: MukiSoftOptions) -> Objective:

@@ -12,7 +12,7 @@ from kamalcli.errors import KamalError
 from kamalcli.labels import LabelSpace
 from kamalcli.probe.outputs import teacher_outputs
 from kamalcli.probe.runner import generated_fit_line
-from kamalcli.recipe.recipe import pick_smooth_line
+from kamalcli.recipe.recipe import pick_smooth_line, starved_line
 from kamalcli.students.plan import AmalgamateRequest, Job, check_task, options_need_rmd, reads_confidences
 
 
@@ -78,6 +78,8 @@ def sequence_problem(workspace, store, job: Job, probe_request, workdir, run_id,
         objective = method.build(outputs, options)
     if "pick_smooth" in objective.info:
         say(pick_smooth_line(options.pick_smooth, objective.info["pick_smooth"], dataset.name, options.encoder))
+    if "starved" in objective.info:
+        say(starved_line(objective.info["starved"], dataset.name))
     if request.gold:
         gold_rows = gold_on_transfer_rows(store, request.gold, texts, outputs.space, say)
         objective = with_gold(objective, gold_rows)
