@@ -160,7 +160,7 @@ def test_commit_mixes_mukis_hard_target_and_weight_with_vanilla_kds():
 def test_commit_auto_falls_back_to_vanilla_kds_target_where_the_pick_starves_a_teacher():
     from dataclasses import replace
 
-    from kamalcli.recipe.recipe import starved
+    from kamalcli.recipe.recipe import starved, starved_line
 
     # every row picks teacher a, where vanilla-kd's target credits b with a mean mass of
     # (29.47 - 9.389) / 29.47, 3.718 / 7.437 and 2.649 / 8.085 over the three rows: 0.5144; 0 < 0.25 * 0.5144
@@ -169,6 +169,9 @@ def test_commit_auto_falls_back_to_vanilla_kds_target_where_the_pick_starves_a_t
     guarded = m.build(out, m.parse(["score=mc-dropout"]))
     assert guarded.info["commit"] == 0.0 and guarded.info["chosen_share"] == {"a": 1.0, "b": 0.0}
     assert guarded.info["starved"] == {"b": (0.0, pytest.approx(0.5144, abs=1e-4))}
+    assert starved_line(guarded.info["starved"], "pool") == ("commit=auto: the pick starves b 0.0% of pool's rows, "
+                                                             "vanilla-kd's target 51.4%: each row learns vanilla-kd's "
+                                                             "target instead.")
     assert np.allclose(guarded.arrays["target"], vanilla.build(out, vanilla.parse([])).arrays["target"], atol=1e-6)
     assert np.allclose(guarded.weights, 1)
     # a commit asked for, and MUKI as published, keep the pick; a pick giving b a third of the rows starves nobody

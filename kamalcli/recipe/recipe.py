@@ -544,10 +544,9 @@ def starved(shares, credited) -> list[int]:
 
 def starved_line(info: dict, data: str) -> str:
     """What the guard did, in one line (info: muki-hard's objective.info["starved"])."""
-    parts = ", ".join(f"{name} {_pct(share)} of the picks, credited {_pct(credit)}"
+    parts = "; ".join(f"{name} {_pct(share)} of {data}'s rows, vanilla-kd's target {_pct(credit)}"
                       for name, (share, credit) in info.items())
-    return _cut(f"commit=auto: the pick starved {parts} by vanilla-kd's target on {data}: each row learns "
-                "vanilla-kd's target instead of its picked teacher's.", 160)
+    return _cut(f"commit=auto: the pick starves {parts}: each row learns vanilla-kd's target instead.", 160)
 
 
 def pick_smooth_line(option, info: dict, data: str, encoder: str) -> str:
