@@ -191,11 +191,20 @@ class Bench:
         full = f"{name}-s{seed}"
         if not ws.has_student(full):
             self.say(f"amalgamate {full}")
-            ws("amalgamate", "--method", method, "--name", full, "--student", base or self.profile.base,
-               "--data", data, "--mc-samples", str(self.profile.mc_samples),
-               *[a for t in teachers for a in ("--teacher", t)], *[a for o in options for a in ("--option", o)],
-               *self.profile.train_args(None if default_budget else self.profile.student_epochs, seed), *extra)
+            ws(*self._amalgamate(full, method, teachers, seed, options, base, data, extra, default_budget))
         return full
+
+    def fingerprint(self, ws: Workspace, method: str, teachers: list[str], seed: int, options: tuple[str, ...] = (),
+                    **where) -> str | None:
+        """`kamal amalgamate --dry-run`'s fingerprint of what train_student with these arguments (base, data, extra,
+        default_budget) would train: equal fingerprints train the same student."""
+        return ws.json(*self._amalgamate("dry-run", method, teachers, seed, options, **where), "--dry-run")["fingerprint"]
+
+    def _amalgamate(self, name, method, teachers, seed, options, base=None, data="transfer", extra=(), default_budget=False):
+        return ("amalgamate", "--method", method, "--name", name, "--student", base or self.profile.base,
+                "--data", data, "--mc-samples", str(self.profile.mc_samples),
+                *[a for t in teachers for a in ("--teacher", t)], *[a for o in options for a in ("--option", o)],
+                *self.profile.train_args(None if default_budget else self.profile.student_epochs, seed), *extra)
 
     def student_metrics(self, ws: Workspace, full: str, data: str = "test") -> dict:
         """A trained student's metrics on `data`, with its training figures."""

@@ -538,14 +538,23 @@ def default_ablation(bench: Bench) -> None:
         withdraw_labelled(bench, setting, ws)
         generated_and_probed(bench, setting, ws)
         names = {None: train_default(bench, setting, ws)}
+        same = set()  # ablations whose dry run trains what the default trained: not trained again
+        arguments = dict(base=setting.base, data=PROTOCOLS["realistic"][0], extra=(*extra, *setting.student),
+                         default_budget=True)
+        default_print = bench.fingerprint(ws, method, list(setting.teachers), bench.seeds[0], options, **arguments)
         for ablation in ABLATIONS:
-            names[ablation] = bench.train_student(
-                ws, "ablate-" + re.sub(r"[^A-Za-z0-9]+", "-", ablation), method, list(setting.teachers), bench.seeds[0],
-                (*options, ablation), base=setting.base, data=PROTOCOLS["realistic"][0],
-                extra=(*extra, *setting.student), default_budget=True)
+            name = "ablate-" + re.sub(r"[^A-Za-z0-9]+", "-", ablation)
+            if not ws.has_student(f"{name}-s{bench.seeds[0]}") and default_print is not None and bench.fingerprint(
+                    ws, method, list(setting.teachers), bench.seeds[0], (*options, ablation), **arguments) == default_print:
+                bench.say(f"{ablation}: the same target and training as the default's (kamal amalgamate --dry-run)")
+                names[ablation], same = names[None], same | {ablation}
+                continue
+            names[ablation] = bench.train_student(ws, name, method, list(setting.teachers), bench.seeds[0],
+                                                  (*options, ablation), **arguments)
         labelled_afterwards(bench, setting, ws)
         stored[title] = {"role": setting.role, "seed": bench.seeds[0], **{
-            key or "default": {k: ws.json("eval", name, "--data", "test")[k] for k in ("accuracy", "macro_f1")}
+            key or "default": {**{k: ws.json("eval", name, "--data", "test")[k] for k in ("accuracy", "macro_f1")},
+                               "same_as_default": key in same}
             for key, name in names.items()}}
     write_results(bench, {"settings": stored}, ablation_table(stored))
 
@@ -560,12 +569,14 @@ def ablation_table(stored: dict) -> str:
         gain = {t: 100 * (stored[t][ablation]["accuracy"] - stored[t]["default"]["accuracy"]) for t in titles}
         mean = sum(gain[t] for t in confirm) / len(confirm) if confirm else None
         keep = "-" if mean is None else "keep" if mean < 0 and max(gain[t] for t in confirm) <= 1 else "drop"
-        rows.append([ablation, *(f"{gain[t]:+.1f}" for t in titles), "-" if mean is None else f"{mean:+.1f}", keep])
+        rows.append([ablation, *(f"{gain[t]:+.1f}" + (" (same)" if stored[t][ablation].get("same_as_default") else "")
+                                 for t in titles), "-" if mean is None else f"{mean:+.1f}", keep])
     headers = ["accuracy points against the default", *(f"{t} ({stored[t]['role']})" for t in titles),
                "confirm mean", "auto kept?"]
     return ("Each row fixes one `auto` of the default, on the realistic protocol, one seed; a negative figure is what "
             "the auto adds. Kept: it helps on the confirm mean and never costs more than 1 point on a confirm "
-            "setting.\n\n" + markdown(headers, rows))
+            "setting. (same): `kamal amalgamate --dry-run` found the same target and training as the default's, so "
+            "the default's student stands for it.\n\n" + markdown(headers, rows))
 
 
 # issue 65: what a few gold labels add, the way a user gives them: `add-data` (an eval set: probe measures the

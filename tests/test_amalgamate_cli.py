@@ -62,6 +62,27 @@ def test_probes_run_first_when_missing_and_are_reused(two_teachers, assets):
     assert "its other cached probes (K=1, max length 128; K=16, max length 128) are not used (--reprobe)" in result.stderr
 
 
+def test_a_dry_run_trains_nothing_and_its_fingerprint_names_the_student_training_makes(two_teachers, assets):
+    args = ["amalgamate", "--method", "muki-hard", *train_args(assets), "--epochs", "1"]
+    result = two_teachers(*args, "--name", "d1", "--dry-run")
+    assert "Dry run, nothing trained: d1 (muki-hard) would learn 4 labels from 240 rows of pool." in result.stdout
+    assert "Target: " in result.stdout and "picks: news " in result.stdout
+    assert two_teachers.json("students") == [] and not [r for r in two_teachers.json("runs") if r["kind"] == "amalgamate"]
+    plan = json.loads(two_teachers(*args, "--name", "d1", "--dry-run", "--json").stdout)
+    same = json.loads(two_teachers(*args, "--name", "d2", "--dry-run", "--json").stdout)
+    other = json.loads(two_teachers(*args, "--name", "d3", "--lr", "1e-3", "--dry-run", "--json").stdout)
+    assert plan["fingerprint"] == same["fingerprint"] != other["fingerprint"] and len(plan["fingerprint"]) == 64
+    assert plan["target"]["commit"] in (0.0, 1.0) and set(plan["target"]["chosen_share"]) == {"news", "money"}
+    assert plan["recipe"]["commit"]["value"] in (0.0, 1.0, None) and plan["labels"] == ["world", "sports", "business", "scitech"]
+    # what the fingerprint promises: the two requests train the same weights
+    for name in ("d1", "d2"):
+        two_teachers(*args, "--name", name)
+    folders = {s["name"]: Path(s["path"]) for s in two_teachers.json("students")}
+    d1, d2 = (load_file(folders[n] / "model.safetensors") for n in ("d1", "d2"))
+    assert d1.keys() == d2.keys() and all((d1[k] == d2[k]).all() for k in d1)
+    assert "--json goes with --dry-run" in two_teachers("amalgamate", "--method", "muki-hard", "--json", code=2).stderr
+
+
 def test_one_teacher_is_plain_distillation(two_teachers, assets):
     two_teachers("amalgamate", "--method", "vanilla-kd", "--teacher", "news", "--name", "one", *train_args(assets))
     student = next(s for s in two_teachers.json("students") if s["name"] == "one")

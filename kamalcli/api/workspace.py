@@ -199,6 +199,22 @@ class Workspace:
         with self.session.job(self.session.device(device), backend) as store:
             return service.amalgamate(self.session.workspace, store, request, say=self.say, detail=self.detail)
 
+    def dry_run(self, method: str = "muki-hard", *, name: str | None = None, student: str | None = None,
+                student_layers: int | None = None, init: str | None = None, options=(),
+                teachers: tuple[str, ...] = (), data: str | None = None, select_by: str | None = None,
+                mc_samples: int | None = None, rmd_fit: str | None = None, gold: str | None = None,
+                reprobe: bool = False, mc_exact: bool | None = None, device: str | None = None, **train) -> dict:
+        """`kamal amalgamate --dry-run`: what amalgamate(...) with the same arguments would train on, training
+        nothing: the recipe, the target as built, and a fingerprint equal for requests that train the same student."""
+        from kamalcli.students import amalgamate as service
+
+        request = self._request(method, options, name, data, select_by, mc_samples, mc_exact, device, reprobe, train,
+                                student=student or self.session.workspace.setting("train", "student"),
+                                student_layers=student_layers, init=init, teachers=list(teachers), rmd_fit=rmd_fit,
+                                gold=gold)
+        with self.session.writer() as store:  # a missing probe is made and cached, as amalgamate would
+            return service.dry_run(self.session.workspace, store, request, say=self.say, detail=self.detail)
+
     def resume(self, name: str, *, device: str | None = None, backend: str | None = None):
         """`kamal amalgamate --resume NAME`: an interrupted run of that student, continued with its own settings."""
         from kamalcli.students import amalgamate as service

@@ -55,6 +55,8 @@ def methods(as_json: bool) -> None:
               help="Labelled rows of the transfer data (kamal label-queue, then add-data --label-column): the student "
                    "also learns their labels, beside the method's loss.")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
+@click.option("--dry-run", is_flag=True, help="Decide the recipe and build the target, train nothing: say what it would learn.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print it as JSON (stable keys).")
 @reprobe_option
 @mc_exact_option
 @train_options
@@ -62,9 +64,23 @@ def methods(as_json: bool) -> None:
 @verbose_option
 @pass_app
 def amalgamate(app: App, method, student_base, student_layers, init, name, options, teacher_names, data, select_by,
-               mc_samples, rmd_fit, gold, resume, reprobe, mc_exact, epochs, steps, batch_size, lr, max_length, seed, checkpoint_every,
-               embeddings, fit, device, backend) -> None:
+               mc_samples, rmd_fit, gold, resume, dry_run, as_json, reprobe, mc_exact, epochs, steps, batch_size, lr,
+               max_length, seed, checkpoint_every, embeddings, fit, device, backend) -> None:
     """Train one student over the union of the teachers' labels, from unlabelled text."""
+    if as_json and not dry_run:
+        raise KamalError("--json goes with --dry-run (a trained student's record: kamal students --json)")
+    if dry_run and resume:
+        raise KamalError("--dry-run plans a new student; --resume continues one: choose one")
+    if dry_run:
+        if not method:
+            raise KamalError("choose a method with --method (see `kamal methods`)")
+        planned = app.api().dry_run(
+            method, name=name, student=student_base, student_layers=student_layers, init=init, options=options,
+            teachers=teacher_names, data=data, select_by=select_by, mc_samples=mc_samples, rmd_fit=rmd_fit, gold=gold,
+            reprobe=reprobe, mc_exact=mc_exact, device=device, epochs=epochs, steps=steps, batch_size=batch_size,
+            lr=lr, max_length=max_length, seed=seed, checkpoint_every=checkpoint_every, embeddings=embeddings, fit=fit)
+        emit_json(planned) if as_json else _planned(planned)
+        return
     if resume:
         given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base), ("--init", init),
                                 ("--gold", gold), ("--option", options), ("--mc-samples", mc_samples), ("--fit", fit),
@@ -107,6 +123,29 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
         mc_samples=mc_samples, refine=refine, reprobe=reprobe, mc_exact=mc_exact, device=device, backend=backend,
         epochs=epochs, steps=steps, batch_size=batch_size, lr=lr, max_length=max_length, seed=seed,
         checkpoint_every=checkpoint_every, embeddings=embeddings, fit=fit))
+
+
+def _planned(planned: dict) -> None:
+    """The dry run in two lines: what would train, and the target as built."""
+    target = planned["target"]
+    click.echo(f"Dry run, nothing trained: {planned['name']} ({planned['method']}) would learn {len(planned['labels'])} "
+               f"labels from {planned['rows']:,} rows of {planned['data']}.")
+    parts = []
+    if "commit" in target:
+        parts.append("MUKI's target (each row's picked teacher)" if target["commit"] == 1 else
+                     "vanilla-kd's target" if target["commit"] == 0 else f"commit {target['commit']:g}")
+    if target.get("prior"):
+        parts.append(f"times the prior ({target['prior']})")
+    if target.get("smooth"):
+        parts.append(f"smoothed over {target['smooth']} rows")
+    if "chosen_share" in target:
+        parts.append("picks: " + ", ".join(f"{name} {pct(share)}%" for name, share in target["chosen_share"].items()))
+    if parts:
+        click.echo(_fit("Target: " + "; ".join(parts) + "."))
+
+
+def _fit(line: str, width: int = 160) -> str:
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def _trained(student) -> None:

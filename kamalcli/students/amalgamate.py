@@ -37,6 +37,28 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, detai
     return student
 
 
+def dry_run(workspace, store, request: AmalgamateRequest, *, say=print, detail=None) -> dict:
+    """amalgamate up to the target, training nothing: the recipe decided, the teachers' outputs (probed first if
+    missing), the method's objective built as training would build it (commit's guard, pick_smooth and the picks
+    included). Returns what the target is, and a fingerprint: two requests with the same one train the same
+    student (kamalcli/students/preview.py)."""
+    import tempfile
+
+    from kamalcli.runtime import resolve_device
+    from kamalcli.students.preview import preview
+
+    job = plan(store, request)
+    teachers = tuple(refresh_teachers(workspace, store, list(job.teachers), say))
+    job = replace(job, teachers=teachers, request=pin_label_aliases(store, job.request, teachers))
+    job = _decide_recipe(workspace, store, job)
+    probe_request = _probe_request(store, job, say)
+    _say_plan(store, job, say, detail)
+    job = replace(job, train=replace(job.train, device=resolve_device(job.request.device)))
+    with tempfile.TemporaryDirectory(prefix="kamal-dry-run-") as workdir:
+        problem = build_problem(workspace, store, job, probe_request, Path(workdir), None, say)
+    return preview(job, problem)
+
+
 def _claim(workspace, store, job: Job, say) -> Job:
     """The teachers as they are on disk (before any cached output is read), the student's name and the inputs
     claimed against other processes, and the label merges the run starts with."""
