@@ -42,7 +42,9 @@ def fingerprint(job, problem) -> str | None:
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     _arrays(digest, {f"encoded.{k}": v for k, v in _encoded(problem.encoded).items()})
     _arrays(digest, {f"objective.{k}": v for k, v in objective.arrays.items()})
-    _arrays(digest, {"weights": objective.weights, "train_rows": problem.train_rows, "held_out": problem.held_out})
+    weights = objective.weights  # a weight of 1 on every row is the loss unweighted, bit for bit
+    weights = None if weights is not None and np.all(np.asarray(weights) == 1) else weights
+    _arrays(digest, {"weights": weights, "train_rows": problem.train_rows, "held_out": problem.held_out})
     return digest.hexdigest()
 
 
