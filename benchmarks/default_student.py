@@ -246,7 +246,7 @@ def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = Tr
 
 
 def realistic_setting(words: str, seed: int = 1) -> tuple[Bench, Setting]:
-    """The quick bench for the one setting whose title holds `words`, realistic protocol, one seed."""
+    """The quick bench for the one setting whose title starts with `words`, realistic protocol, one seed."""
     bench = Bench("default-student", PROFILES["quick"], DEFAULT_DATA, [seed], settings=[words], protocols=["realistic"])
     return bench, next(s for title, s in SETTINGS.items() if bench.runs(title))
 

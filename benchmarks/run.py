@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     mode.add_argument("--smoke", action="store_const", dest="profile", const="smoke",
                       help="ner-table only: a few sentences, to check the plumbing")
     parser.add_argument("--seeds", default="1", help="student seeds, e.g. 1,2,3 (mean and std)")
-    parser.add_argument("--settings", help="default-student only: the settings whose title holds one of these "
-                        "words, separated by ';' (e.g. 'two teachers;heterogeneous'); the others keep their last figures")
+    parser.add_argument("--settings", help="default-student and its suites: the settings whose title starts with "
+                        "one of these, separated by ';' (e.g. 'two teachers;heterogeneous'); the others keep their last figures")
     parser.add_argument("--protocol", choices=["muki", "realistic", "both"], default="both",
                         help="default-student only: train on the teachers' own texts (MUKI's protocol), on rows no "
                              "teacher saw (realistic), or both side by side")
