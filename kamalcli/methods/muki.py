@@ -229,7 +229,6 @@ def with_prior(target: np.ndarray, prior: np.ndarray, blocks: list[np.ndarray] |
 
 def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
     from kamalcli.methods.losses import kl_loss
-
     from kamalcli.methods.vanilla_kd import union_logits
 
     commit = options.committed
