@@ -538,19 +538,20 @@ def default_ablation(bench: Bench) -> None:
         withdraw_labelled(bench, setting, ws)
         generated_and_probed(bench, setting, ws)
         names = {None: train_default(bench, setting, ws)}
-        same = set()  # ablations whose dry run trains what the default trained: not trained again
+        teachers, seed, same, default_print = list(setting.teachers), bench.seeds[0], set(), None  # same: not trained
         arguments = dict(base=setting.base, data=PROTOCOLS["realistic"][0], extra=(*extra, *setting.student),
                          default_budget=True)
-        default_print = bench.fingerprint(ws, method, list(setting.teachers), bench.seeds[0], options, **arguments)
         for ablation in ABLATIONS:
             name = "ablate-" + re.sub(r"[^A-Za-z0-9]+", "-", ablation)
-            if not ws.has_student(f"{name}-s{bench.seeds[0]}") and default_print is not None and bench.fingerprint(
-                    ws, method, list(setting.teachers), bench.seeds[0], (*options, ablation), **arguments) == default_print:
-                bench.say(f"{ablation}: the same target and training as the default's (kamal amalgamate --dry-run)")
-                names[ablation], same = names[None], same | {ablation}
-                continue
-            names[ablation] = bench.train_student(ws, name, method, list(setting.teachers), bench.seeds[0],
-                                                  (*options, ablation), **arguments)
+            if not ws.has_student(f"{name}-s{seed}"):
+                if default_print is None:  # "": the method's training has no fingerprint
+                    default_print = bench.fingerprint(ws, method, teachers, seed, options, **arguments) or ""
+                if default_print and bench.fingerprint(
+                        ws, method, teachers, seed, (*options, ablation), **arguments) == default_print:
+                    bench.say(f"{ablation}: the same target and training as the default's (kamal amalgamate --dry-run)")
+                    names[ablation], same = names[None], same | {ablation}
+                    continue
+            names[ablation] = bench.train_student(ws, name, method, teachers, seed, (*options, ablation), **arguments)
         labelled_afterwards(bench, setting, ws)
         stored[title] = {"role": setting.role, "seed": bench.seeds[0], **{
             key or "default": {**{k: ws.json("eval", name, "--data", "test")[k] for k in ("accuracy", "macro_f1")},

@@ -192,10 +192,8 @@ class Workspace:
         embeddings, fit (`kamal amalgamate --help`)."""
         from kamalcli.students import amalgamate as service
 
-        request = self._request(method, options, name, data, select_by, mc_samples, mc_exact, device, reprobe, train,
-                                student=student or self.session.workspace.setting("train", "student"),
-                                student_layers=student_layers, init=init, teachers=list(teachers), rmd_fit=rmd_fit,
-                                gold=gold)
+        request = self._student_request(method, name, student, student_layers, init, options, teachers, data,
+                                        select_by, mc_samples, rmd_fit, gold, reprobe, mc_exact, device, train)
         with self.session.job(self.session.device(device), backend) as store:
             return service.amalgamate(self.session.workspace, store, request, say=self.say, detail=self.detail)
 
@@ -208,10 +206,8 @@ class Workspace:
         nothing: the recipe, the target as built, and a fingerprint equal for requests that train the same student."""
         from kamalcli.students import amalgamate as service
 
-        request = self._request(method, options, name, data, select_by, mc_samples, mc_exact, device, reprobe, train,
-                                student=student or self.session.workspace.setting("train", "student"),
-                                student_layers=student_layers, init=init, teachers=list(teachers), rmd_fit=rmd_fit,
-                                gold=gold)
+        request = self._student_request(method, name, student, student_layers, init, options, teachers, data,
+                                        select_by, mc_samples, rmd_fit, gold, reprobe, mc_exact, device, train)
         with self.session.writer() as store:  # a missing probe is made and cached, as amalgamate would
             return service.dry_run(self.session.workspace, store, request, say=self.say, detail=self.detail)
 
@@ -234,6 +230,14 @@ class Workspace:
         with self.session.job(self.session.device(device), backend) as store:
             return extend(self.session.workspace, store, request, student_name=student, teacher_names=list(teachers),
                           refine=refine, say=self.say, detail=self.detail)
+
+    def _student_request(self, method, name, student, student_layers, init, options, teachers, data, select_by,
+                         mc_samples, rmd_fit, gold, reprobe, mc_exact, device, train):
+        """amalgamate's request (and its dry run's): a new student from these teachers."""
+        return self._request(method, options, name, data, select_by, mc_samples, mc_exact, device, reprobe, train,
+                             student=student or self.session.workspace.setting("train", "student"),
+                             student_layers=student_layers, init=init, teachers=list(teachers), rmd_fit=rmd_fit,
+                             gold=gold)
 
     def _request(self, method, options, name, data, select_by, mc_samples, mc_exact, device, reprobe, train, **more):
         from kamalcli.students.amalgamate import AmalgamateRequest

@@ -9,7 +9,7 @@ import click
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.options import (LazyHelpOption, distributed_options, mc_exact_option, reprobe_option,
                                   train_options, trained_methods, verbose_option)
-from kamalcli.cli.render import emit_json, json_option, pct, table
+from kamalcli.cli.render import echo, emit_json, json_option, pct, table
 from kamalcli.errors import KamalError
 from kamalcli.settings import PROBE, shown
 
@@ -71,16 +71,6 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
         raise KamalError("--json goes with --dry-run (a trained student's record: kamal students --json)")
     if dry_run and resume:
         raise KamalError("--dry-run plans a new student; --resume continues one: choose one")
-    if dry_run:
-        if not method:
-            raise KamalError("choose a method with --method (see `kamal methods`)")
-        planned = app.api().dry_run(
-            method, name=name, student=student_base, student_layers=student_layers, init=init, options=options,
-            teachers=teacher_names, data=data, select_by=select_by, mc_samples=mc_samples, rmd_fit=rmd_fit, gold=gold,
-            reprobe=reprobe, mc_exact=mc_exact, device=device, epochs=epochs, steps=steps, batch_size=batch_size,
-            lr=lr, max_length=max_length, seed=seed, checkpoint_every=checkpoint_every, embeddings=embeddings, fit=fit)
-        emit_json(planned) if as_json else _planned(planned)
-        return
     if resume:
         given = [o for o, v in (("--method", method), ("--name", name), ("--student", student_base), ("--init", init),
                                 ("--gold", gold), ("--option", options), ("--mc-samples", mc_samples), ("--fit", fit),
@@ -91,12 +81,17 @@ def amalgamate(app: App, method, student_base, student_layers, init, name, optio
         return
     if not method:
         raise KamalError("choose a method with --method (see `kamal methods`)")
-    _trained(app.api().amalgamate(
-        method, name=name, student=student_base, student_layers=student_layers, init=init, options=options,
-        teachers=teacher_names, data=data, select_by=select_by, mc_samples=mc_samples, rmd_fit=rmd_fit, gold=gold,
-        reprobe=reprobe, mc_exact=mc_exact, device=device, backend=backend, epochs=epochs, steps=steps,
-        batch_size=batch_size, lr=lr, max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
-        embeddings=embeddings, fit=fit))
+    asked = dict(name=name, student=student_base, student_layers=student_layers, init=init, options=options,
+                 teachers=teacher_names, data=data, select_by=select_by, mc_samples=mc_samples, rmd_fit=rmd_fit,
+                 gold=gold, reprobe=reprobe, mc_exact=mc_exact, device=device, epochs=epochs, steps=steps,
+                 batch_size=batch_size, lr=lr, max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
+                 embeddings=embeddings, fit=fit)
+    if dry_run and as_json:
+        emit_json(app.api().dry_run(method, **asked))
+    elif dry_run:
+        _planned(app.api().dry_run(method, **asked))
+    else:
+        _trained(app.api().amalgamate(method, backend=backend, **asked))
 
 
 @click.command()
@@ -128,8 +123,8 @@ def extend(app: App, student_name, teacher_names, name, method, options, data, s
 def _planned(planned: dict) -> None:
     """The dry run in two lines: what would train, and the target as built."""
     target = planned["target"]
-    click.echo(f"Dry run, nothing trained: {planned['name']} ({planned['method']}) would learn {len(planned['labels'])} "
-               f"labels from {planned['rows']:,} rows of {planned['data']}.")
+    echo(f"Dry run, nothing trained: {planned['name']} ({planned['method']}) would learn {len(planned['labels'])} "
+         f"labels from {planned['rows']:,} rows of {planned['data']}.")
     parts = []
     if "commit" in target:
         parts.append("MUKI's target (each row's picked teacher)" if target["commit"] == 1 else
@@ -141,11 +136,7 @@ def _planned(planned: dict) -> None:
     if "chosen_share" in target:
         parts.append("picks: " + ", ".join(f"{name} {pct(share)}%" for name, share in target["chosen_share"].items()))
     if parts:
-        click.echo(_fit("Target: " + "; ".join(parts) + "."))
-
-
-def _fit(line: str, width: int = 160) -> str:
-    return line if len(line) <= width else line[: width - 3] + "..."
+        echo("Target: " + "; ".join(parts) + ".")
 
 
 def _trained(student) -> None:

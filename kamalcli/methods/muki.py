@@ -236,7 +236,7 @@ def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Object
     chosen = confidence.argmax(axis=1)
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     target = hard_target(padded, confidence)
-    concatenated = softmax(union_logits(outputs, options.temperature), axis=1)
+    concatenated = softmax(union_logits(outputs, options.temperature), axis=1) if commit < 1 or options.guarded else None
     if commit > 0 and options.guarded:
         commit = _guard(share, concatenated, outputs, info)
     if commit < 1:

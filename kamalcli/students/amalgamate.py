@@ -24,11 +24,7 @@ def amalgamate(workspace, store, request: AmalgamateRequest, *, say=print, detai
     the evidence behind the recipe goes (--verbose), None: nowhere."""
     from kamalcli.workspace.runs import training_run
 
-    job = plan(store, request)                          # every check, before any work
-    job = _claim(workspace, store, job, say)            # teachers' weights checked, inputs claimed, merges pinned
-    job = _decide_recipe(workspace, store, job)         # every auto, once (a resumed run reads its own)
-    probe_request = _probe_request(store, job, say)
-    _say_plan(store, job, say, detail)
+    job, probe_request = _prepared(workspace, store, request, say, detail, claim=True)
     with training_run(workspace, store, job.kind, job.request.name, job.request.as_json(), resume_run=resume_run,
                       resume_hint=f"kamal amalgamate --resume {job.request.name}", say=say) as (run, workdir):
         student = _train_student(workspace, store, job, probe_request, workdir, run, say,
@@ -44,19 +40,34 @@ def dry_run(workspace, store, request: AmalgamateRequest, *, say=print, detail=N
     student (kamalcli/students/preview.py)."""
     import tempfile
 
-    from kamalcli.runtime import resolve_device
     from kamalcli.students.preview import preview
 
-    job = plan(store, request)
-    teachers = tuple(refresh_teachers(workspace, store, list(job.teachers), say))
-    job = replace(job, teachers=teachers, request=pin_label_aliases(store, job.request, teachers))
-    job = _decide_recipe(workspace, store, job)
-    probe_request = _probe_request(store, job, say)
-    _say_plan(store, job, say, detail)
-    job = replace(job, train=replace(job.train, device=resolve_device(job.request.device)))
+    job, probe_request = _prepared(workspace, store, request, say, detail, claim=False)
+    job = _on_device(job)
     with tempfile.TemporaryDirectory(prefix="kamal-dry-run-") as workdir:
         problem = build_problem(workspace, store, job, probe_request, Path(workdir), None, say)
     return preview(job, problem)
+
+
+def _prepared(workspace, store, request: AmalgamateRequest, say, detail, *, claim: bool):
+    """The steps before any training: the job and the probe settings it reads, the plan said. claim: the inputs
+    claimed against other processes (a dry run claims nothing)."""
+    job = plan(store, request)                          # every check, before any work
+    if claim:
+        job = _claim(workspace, store, job, say)        # teachers' weights checked, inputs claimed, merges pinned
+    else:
+        teachers = tuple(refresh_teachers(workspace, store, list(job.teachers), say))
+        job = replace(job, teachers=teachers, request=pin_label_aliases(store, job.request, teachers))
+    job = _decide_recipe(workspace, store, job)         # every auto, once (a resumed run reads its own)
+    probe_request = _probe_request(store, job, say)
+    _say_plan(store, job, say, detail)
+    return job, probe_request
+
+
+def _on_device(job: Job) -> Job:
+    from kamalcli.runtime import resolve_device
+
+    return replace(job, train=replace(job.train, device=resolve_device(job.request.device)))
 
 
 def _claim(workspace, store, job: Job, say) -> Job:
@@ -156,12 +167,11 @@ def _probe_request(store, job: Job, say) -> ProbeRequest:
 def _train_student(workspace, store, job: Job, probe_request, workdir, run, say, resume):
     """The problem, the one training loop (beside the other ranks under torchrun), then the student saved."""
     from kamalcli import distributed
-    from kamalcli.runtime import resolve_device
     from kamalcli.train import checkpoint
     from kamalcli.train.loop import train
     from kamalcli.train.loss_history import LossHistory
 
-    job = replace(job, train=replace(job.train, device=resolve_device(job.request.device)))
+    job = _on_device(job)
     problem = build_problem(workspace, store, job, probe_request, workdir, run.id, say)
     score, refit = job.recipe.get("score"), job.recipe.evidence("refit")
     if score is not None:
