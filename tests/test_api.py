@@ -70,7 +70,7 @@ def test_the_docs_example_runs_and_trains_the_readmes_student_bit_for_bit(tmp_pa
     assert 0 <= scope["metrics"]["accuracy"] <= 1 and scope["rows"][0]["label"] in scope["student"].labels
     assert scope["report"]["probes"]
     weights = next((ws.root / ".kamal" / "artifacts" / "students" / "v1").glob("*.safetensors"))
-    assert hashlib.sha256(weights.read_bytes()).hexdigest() == DEFAULT_STUDENT_SHA256[torch.get_num_threads()]
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() in DEFAULT_STUDENT_SHA256[torch.get_num_threads()]
     cli = Kamal(ws.root)
     assert json.loads(cli("eval", "v1", "--data", "test", "--json").stdout) == scope["metrics"]
     assert json.loads(cli("predict", "v1", "--onnx", "some text", "--json").stdout) == scope["rows"]
