@@ -19,9 +19,10 @@ The rules, each measured in docs/benchmarks.md:
   read where they do not read some; none without such text or encoder.
 - commit: each row learns its picked teacher alone (MUKI's target) only where the score's measured selection is
   clearly better than the pick vanilla-kd's concatenated logits already make (energy's figure), else
-  vanilla-kd's target, with a prior or without one (a prior beside vanilla-kd's target cost 1.3-4.8 points
-  against MUKI's target on every setting the ablation ran, docs/benchmarks.md). Where it commits, a guard read as the targets are built: a pick that gives a teacher under a quarter of the
-  transfer rows vanilla-kd's own target credits it with has starved that teacher, and the rows learn vanilla-kd's
+  vanilla-kd's target, with a prior or without one (vanilla-kd's target beside a prior cost 1.3-4.8 points
+  against MUKI's target on every setting the ablation ran, docs/benchmarks.md). Where it commits, a guard read as
+  the targets are built: a pick that gives a teacher under a quarter of the transfer rows vanilla-kd's own target
+  credits it with has starved that teacher, and the rows learn vanilla-kd's
   target instead (`starved`).
 - refit: RMD fitted again on the transfer rows for the teachers whose rows the generated text does not read
   (kamalcli/probe/transfer_refit.py), only when the check fails for them.
