@@ -523,7 +523,7 @@ def default_student(bench: Bench) -> None:
 
 
 # issue 64, item 4: each `auto` of the default replaced by its fixed alternative, one at a time (realistic protocol)
-ABLATIONS = ["score=mc-dropout", "refit=none", "pick_smooth=0", "reweight=false", "commit=1", "prior=none", "smooth=0"]
+ABLATIONS = ["score=mc-dropout", "refit=none", "pick_smooth=0", "reweight=false", "commit=0", "commit=1", "prior=none", "smooth=0"]
 
 
 def default_ablation(bench: Bench) -> None:
@@ -566,14 +566,15 @@ def ablation_table(stored: dict) -> str:
     confirm = [t for t in titles if stored[t]["role"] == "confirm"]
     rows = [["kamal's default (accuracy / macro-F1 %)", *(f"{100 * stored[t]['default']['accuracy']:.1f} / "
                                                          f"{100 * stored[t]['default']['macro_f1']:.1f}" for t in titles), "", ""]]
-    for ablation in ABLATIONS:
-        gain = {t: 100 * (stored[t][ablation]["accuracy"] - stored[t]["default"]["accuracy"]) for t in titles}
-        mean = sum(gain[t] for t in confirm) / len(confirm) if confirm else None
+    for ablation in ABLATIONS:  # a setting stored before an ablation existed: "-"
+        ran = [t for t in titles if ablation in stored[t]]
+        gain = {t: 100 * (stored[t][ablation]["accuracy"] - stored[t]["default"]["accuracy"]) for t in ran}
+        mean = sum(gain[t] for t in confirm) / len(confirm) if confirm and set(confirm) <= set(ran) else None
         keep = "-" if mean is None else "keep" if mean < 0 and max(gain[t] for t in confirm) <= 1 else "drop"
-        rows.append([ablation, *(f"{gain[t]:+.1f}" + (" (same)" if stored[t][ablation].get("same_as_default") else "")
-                                 for t in titles), "-" if mean is None else f"{mean:+.1f}", keep])
-    headers = ["accuracy points against the default", *(f"{t} ({stored[t]['role']})" for t in titles),
-               "confirm mean", "auto kept?"]
+        same = {t for t in ran if stored[t][ablation].get("same_as_default")}
+        cells = ["-" if t not in ran else f"{gain[t]:+.1f}" + " (same)" * (t in same) for t in titles]
+        rows.append([ablation, *cells, "-" if mean is None else f"{mean:+.1f}", keep])
+    headers = ["accuracy points against the default", *(f"{t} ({stored[t]['role']})" for t in titles), "confirm mean", "auto kept?"]
     return ("Each row fixes one `auto` of the default, on the realistic protocol, one seed; a negative figure is what "
             "the auto adds. Kept: it helps on the confirm mean and never costs more than 1 point on a confirm "
             "setting. (same): `kamal amalgamate --dry-run` found the same target and training as the default's, so "

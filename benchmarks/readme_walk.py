@@ -17,12 +17,11 @@ from kamalcli.synth.synthesize import LATER_CANDIDATES  # noqa: E402
 
 BASE, LENGTH = "minilm-l3", 64
 # (name, method, amalgamate's other arguments)
-STUDENTS = (("default", "muki-hard", ()),  # kamal's default: commit=auto, prior=auto
-            ("vanilla", "vanilla-kd", ()))
+STUDENTS = (("default", "muki-hard", ()), ("vanilla", "vanilla-kd", ()))  # kamal's default: every option auto
 MERGES = ("task-arithmetic", "ties", "average")
 SUPERVISED = "supervised-pool-600"  # the student's budget: 600 steps at most, early stopping on held-out rows
 ABLATIONS = {
-    "commit1": ("muki-hard-commit1", "muki-hard", ("--option", "commit=1", "--option", "prior=none")),  # MUKI's target
+    "commit0": ("default-commit0", "muki-hard", ("--option", "commit=0")),  # vanilla-kd's target (the prior's old rule)
     "no-prior": ("no-prior", "muki-hard", ("--option", "prior=none")),  # the default before the prototype prior
     "uhc": ("uhc", "uhc", ()),
     "paper": ("muki-paper", "muki-hard", ("--option", "paper=true")),  # MUKI as published
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="run `kamal synthesize --per-class N` first (the README's 'No text?' step)")
     parser.add_argument("--tag", default="", help="a suffix for the walk's workspace (to compare two versions)")
     parser.add_argument("--ablation", action="append", choices=list(ABLATIONS), default=[],
-                        help="also train these (repeatable): muki-hard with commit=1 (MUKI's target), with "
+                        help="also train these (repeatable): muki-hard with commit=0 (vanilla-kd's target), with "
                              "prior=none, uhc, muki-hard paper=true, the default with --init merge, the default (with "
                              "and without its prior) on the generated text alone")
     parser.add_argument("--no-contrast", action="store_true",
