@@ -585,7 +585,7 @@ def ablation_table(stored: dict) -> str:
 # selection scores on real rows, the recipe reads them), `amalgamate --gold` (their cross-entropy beside the method's
 # loss) and `--rmd-fit` (RMD and the prior's prototypes fitted on real rows); the peer a user makes from the same rows
 GOLD_ROWS = (100,)                # labelled rows per student
-GOLD_CHOICES = ("random", "queue")  # random pool rows; `kamal label-queue --student` with the label-free default
+GOLD_CHOICES = ("random", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
 
 
 def gold_labels(bench: Bench) -> None:
@@ -622,9 +622,10 @@ def _gold_rows(bench: Bench, ws: Workspace, pool: dict, n: int, choice: str, stu
     """n pool rows with their gold labels: random (seeded), or the ones `kamal label-queue` asks for."""
     if choice == "random":
         return sample(list(pool.values()), n, f"gold-{n}-s{bench.seeds[0]}")
-    out = ws.root / "data" / f"queue-{n}.csv"
+    out, strategy = ws.root / "data" / f"{choice}-{n}.csv", "disagree" if choice == "queue" else choice
     if not out.is_file():
-        ws("label-queue", "--data", PROTOCOLS["realistic"][0], "--n", n, "--out", out, "--student", student, quiet=True)
+        ws("label-queue", "--data", PROTOCOLS["realistic"][0], "--n", n, "--out", out, "--student", student, "--strategy",
+           strategy, quiet=True)
     import csv
     with open(out, newline="", encoding="utf-8") as f:
         return [pool[row["text"]] for row in csv.DictReader(f)]
@@ -696,10 +697,9 @@ def logistic_peer(rows: list[dict], tests: list[dict], c: float = 10.0) -> dict:
 def gold_table(stored: dict) -> str:
     """Accuracy / macro-F1 per setting: no labels, each choice of gold rows for kamal and for the peer."""
     titles = [t for t in SETTINGS if t in stored]
-    keys = [f"{c}-{n}" for n in GOLD_ROWS for c in GOLD_CHOICES]
     cell = lambda m: f"{100 * m['accuracy']:.1f} / {100 * m['macro_f1']:.1f}"  # noqa: E731
     rows = [["kamal's default, no labels", *(cell(stored[t]["no labels"]) for t in titles)]]
-    for key in keys:
+    for key in (f"{c}-{n}" for n in GOLD_ROWS for c in GOLD_CHOICES):
         rows.append([f"kamal's default with {key.replace('-', ' ')} gold rows (`--gold`, `--rmd-fit`, an eval set)",
                      *(cell(stored[t]["rows"][key]["kamal"]) if key in stored[t]["rows"] else "-" for t in titles)])
         rows.append(["the peer on the same rows: `train-teacher --fit head` on frozen minilm-l6 (first-token states)",

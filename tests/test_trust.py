@@ -119,6 +119,22 @@ def test_label_queue_signals_and_spread_golden():
     assert spread_out(priority, vectors, 3) == [0, 2, 3]
 
 
+def test_label_queue_balanced_and_representative_rows_golden():
+    from kamalcli.students.label_queue import balanced, representatives
+
+    predicted = np.array([0, 0, 0, 0, 1, 1, 2])
+    rows = balanced(predicted, 5, seed=0)
+    # classes in turn, the largest first (0, 1, 2, 0, 1): each row once, random within its class
+    assert [int(predicted[i]) for i in rows] == [0, 1, 2, 0, 1] and len(set(rows)) == 5
+    assert balanced(predicted, 5, seed=0) == rows and sorted(balanced(predicted, 7, seed=3)) == list(range(7))
+    # three tight groups of unequal size: one row from each, the largest group's first, each its group's centre
+    angles = np.array([0.0, 0.02, -0.02, 0.01, 2.0, 2.03, 1.97, 4.0, 4.02])
+    vectors = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    picked = representatives(vectors, 3, seed=0)
+    assert picked[0] in (0, 3) and sorted(picked[1:]) == [4, 7]  # 0.0 / 0.01 are equally near group 1's centre
+    assert representatives(vectors, 3, seed=0) == picked and len(set(representatives(vectors, 9, seed=1))) == 9
+
+
 # -- the command line --------------------------------------------------------------------------------------
 
 def test_amalgamate_fits_a_scope_that_predict_eval_and_the_onnx_export_share(kd_student, ws, assets, tmp_path):
@@ -233,6 +249,20 @@ def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(kd_student, ass
                                         code=2).stderr
     assert ".csv or .jsonl" in kd_student("label-queue", "--data", "pool", "--n", "3", "--out", tmp_path / "q.txt",
                                           code=2).stderr
+    drawn = {}
+    for strategy, seed in (("random", 0), ("random", 1), ("balanced", 0), ("diverse", 0)):
+        result = kd_student.json("label-queue", "--data", "pool", "--n", "12", "--out", tmp_path / f"{strategy}{seed}.csv",
+                                 "--strategy", strategy, "--seed", seed, "--encoder", assets["encoder"])
+        assert result["strategy"] == strategy and len({r["text"] for r in result["rows"]}) == 12
+        drawn[strategy, seed] = [r["row"] for r in result["rows"]]
+    again = kd_student.json("label-queue", "--data", "pool", "--n", "12", "--out", tmp_path / "again.csv",
+                            "--strategy", "random")
+    assert [r["row"] for r in again["rows"]] == drawn["random", 0] != drawn["random", 1]  # the seed is the draw
+    suggested = [r["suggested"] for r in kd_student.json("label-queue", "--data", "pool", "--n", "12", "--out",
+                                                          tmp_path / "b.csv", "--strategy", "balanced")["rows"]]
+    assert max(suggested.count(s) for s in suggested) - min(suggested.count(s) for s in set(suggested)) <= 1
+    assert "'sometimes' is not one of" in kd_student("label-queue", "--data", "pool", "--n", "3", "--out",
+                                                     tmp_path / "s.csv", "--strategy", "sometimes", code=2).stderr
     truth = {json.loads(line)["text"]: json.loads(line)["label"] for line in open(assets["train"])}
     for r in rows:  # the user fills in the labels (here: the pool's own topics, by keyword from the generator)
         r["label"] = truth.get(r["text"], r["suggested"])

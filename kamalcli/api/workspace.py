@@ -305,7 +305,8 @@ class Workspace:
             raise KamalError(f"student {student} has no ONNX export yet: run `kamal export {student} --onnx`")
         return predict_rows(found, texts, export=export, device=self.session.device(device), top=top)
 
-    def label_queue(self, data: str, n: int, out: str | Path, *, student: str | None = None, force: bool = False,
+    def label_queue(self, data: str, n: int, out: str | Path, *, student: str | None = None,
+                    strategy: str = "disagree", seed: int = 0, encoder: str | None = None, force: bool = False,
                     device: str | None = None) -> list[dict]:
         """`kamal label-queue`: the n rows of data whose labels would help most, written to out (fill in `label`,
         then add_data(out, name="gold", label_column="label") and amalgamate(..., gold="gold")); those rows."""
@@ -319,7 +320,8 @@ class Workspace:
             store.claim_inputs(datasets=[dataset])
             rows = queue_rows(self.session.workspace, store, dataset, n, student=found,
                               max_length=self.session.workspace.setting("probe", "max_length"),
-                              device=self.session.device(device), say=self.say)
+                              device=self.session.device(device), strategy=strategy, seed=seed,
+                              encoder=encoder, say=self.say)
         write_queue(rows, out, force=force)
         return rows
 

@@ -8,6 +8,13 @@ Each row gets up to three label-free signals, each as its percentile among the r
 The priority is their mean. Rows are then taken greedily by priority minus SPREAD x their largest cosine
 similarity to a row already taken (the student's features, else the union distribution), and a row closer
 than NEAR_DUPLICATE to one taken is never taken: a queue of near copies teaches one thing.
+
+That is the `disagree` strategy (the default). The others choose the rows without the priority (their signals are
+still written beside each row):
+- `random`: a seeded uniform sample, the rows the recipe can read as a sample of the pool (docs/guide.md);
+- `balanced`: as many rows of each class the student (else the teachers' union) predicts, in turn, random within;
+- `diverse`: spherical k-means with N clusters over sentence vectors (the prior's encoder), each cluster's
+  row nearest its centre, largest clusters first: rows that stand for the pool's regions, not its outliers.
 """
 
 from __future__ import annotations
@@ -16,21 +23,28 @@ import csv
 import io
 import json
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from kamalcli.errors import KamalError
 from kamalcli.files import write_text_atomic
-from kamalcli.probs import logsumexp, normalised_entropy, percentile, softmax
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SPREAD = 0.5
 NEAR_DUPLICATE = 0.95
 CANDIDATES = 10  # times N: rows considered for the spread
+STRATEGIES = ("disagree", "random", "balanced", "diverse")
+KMEANS_ROUNDS = 20
 
 
 def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: int, device: str,
-               say=print) -> list[dict]:
-    """The N rows to label, most useful first, each with the teachers' suggestion and the signals."""
+               strategy: str = "disagree", seed: int = 0, encoder: str | None = None, say=print) -> list[dict]:
+    """The N rows to label, in the strategy's order, each with the teachers' suggestion and the signals."""
+    import numpy as np
+
+    from kamalcli.probs import normalised_entropy, percentile, softmax
+
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.methods.vanilla_kd import union_logits
     from kamalcli.probe.outputs import teacher_outputs
@@ -42,6 +56,8 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
         raise KamalError(f"dataset {dataset.name} holds tokens with tags; label-queue is for texts")
     dataset.refuse_test(f"kamal label-queue --data {dataset.name}")  # its labelled rows would train a student
     texts, _ = load_dataset_rows(dataset)
+    if strategy not in STRATEGIES:
+        raise KamalError(f"--strategy {strategy}: choose one of {', '.join(STRATEGIES)}")
     if not 1 <= n <= len(texts):
         raise KamalError(f"--n {n}: dataset {dataset.name} has {len(texts)} rows; ask for 1 to {len(texts)}")
     teachers = store.teachers_of_task("sequence")
@@ -61,7 +77,20 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
         signals["student_unsure"] = normalised_entropy(softmax(logits))
     ranks = {name: percentile(values) for name, values in signals.items()}
     priority = np.mean(list(ranks.values()), axis=0)
-    chosen = spread_out(priority, features, n)
+    if strategy == "disagree":
+        chosen = spread_out(priority, features, n)
+    elif strategy == "random":
+        chosen = [int(i) for i in np.random.default_rng(seed).permutation(len(texts))[:n]]
+    elif strategy == "balanced":
+        chosen = balanced(np.argmax(softmax(logits) if student is not None else union, axis=1), n, seed)
+    else:
+        from kamalcli.probe.encoder import sentence_vectors
+        from kamalcli.probe.prototypes import DEFAULT_ENCODER
+        from kamalcli.runtime import resolve_device
+
+        vectors = sentence_vectors(workspace, encoder or DEFAULT_ENCODER, texts, dataset.content_hash, max_length,
+                                   resolve_device(device), say)
+        chosen = representatives(np.asarray(vectors), n, seed)
     names = list(outputs.space.names)
     rows = []
     for i in chosen:
@@ -74,11 +103,19 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
 
 def teachers_disagree(outputs) -> np.ndarray:
     """1 - the largest share of the union distribution's mass that one teacher's labels hold."""
+    import numpy as np
+
+    from kamalcli.probs import logsumexp, softmax
+
+
     lse = np.stack([logsumexp(z.astype(np.float64), axis=1) for z in outputs.logits], axis=1)
     return 1.0 - softmax(lse).max(axis=1)
 
 
 def margin(probs: np.ndarray) -> np.ndarray:
+    """The largest probability less the second."""
+    import numpy as np
+
     top = np.sort(probs, axis=1)
     return top[:, -1] - (top[:, -2] if probs.shape[1] > 1 else 0.0)
 
@@ -95,6 +132,9 @@ def student_outputs(student, texts: list[str], device: str) -> tuple[np.ndarray,
 
 def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
     """Greedy: the highest priority - SPREAD x (largest cosine to a row taken); near duplicates never."""
+    import numpy as np
+
+
     vectors = np.asarray(features, dtype=np.float64)
     vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     pool = np.argsort(-priority, kind="stable")[: max(n * CANDIDATES, n)]
@@ -111,6 +151,56 @@ def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
         alive[best] = False
         closest = np.maximum(closest, vectors[pool] @ vectors[pool[best]])
         alive &= closest < NEAR_DUPLICATE
+    return taken
+
+
+def balanced(predicted: np.ndarray, n: int, seed: int) -> list[int]:
+    """n rows, one of each predicted class in turn (classes in order of size, largest first), random within a
+    class; a class out of rows drops out of the turn."""
+    import numpy as np
+
+
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(predicted, return_counts=True)
+    queues = [list(rng.permutation(np.flatnonzero(predicted == c))) for c in classes[np.argsort(-counts, kind="stable")]]
+    taken: list[int] = []
+    while len(taken) < n:
+        for queue in queues:
+            if queue and len(taken) < n:
+                taken.append(int(queue.pop(0)))
+    return taken
+
+
+def representatives(vectors: np.ndarray, n: int, seed: int, rounds: int = KMEANS_ROUNDS) -> list[int]:
+    """Spherical k-means (k-means++ start, `rounds` Lloyd steps) with n clusters over unit vectors; each cluster's
+    row nearest its centre, the largest clusters first (ties: the earlier row). n distinct rows."""
+    import numpy as np
+
+
+    x = np.asarray(vectors, dtype=np.float64)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    rng = np.random.default_rng(seed)
+    centres = [x[int(rng.integers(len(x)))]]
+    distance = 1.0 - x @ centres[0]
+    for _ in range(1, n):  # k-means++: the next centre drawn in proportion to its squared distance
+        weights = np.maximum(distance, 0.0) ** 2
+        i = int(rng.choice(len(x), p=weights / weights.sum())) if weights.sum() > 0 else int(rng.integers(len(x)))
+        centres.append(x[i])
+        distance = np.minimum(distance, 1.0 - x @ x[i])
+    centres = np.stack(centres)
+    for _ in range(rounds):
+        assigned = np.argmax(x @ centres.T, axis=1)
+        for c in range(n):
+            members = x[assigned == c]
+            if len(members):
+                mean = members.sum(axis=0)
+                centres[c] = mean / max(np.linalg.norm(mean), 1e-12)
+    assigned = np.argmax(x @ centres.T, axis=1)
+    similarity = x @ centres.T
+    taken: list[int] = []
+    for c in np.argsort(-np.bincount(assigned, minlength=n), kind="stable"):
+        order = np.argsort(-similarity[:, c], kind="stable")  # nearest the centre first, its own members or not
+        taken.append(next(int(i) for i in order if int(i) not in set(taken)))
     return taken
 
 
