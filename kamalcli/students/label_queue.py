@@ -200,7 +200,8 @@ def representatives(vectors: np.ndarray, n: int, seed: int, rounds: int = KMEANS
     taken: list[int] = []
     for c in np.argsort(-np.bincount(assigned, minlength=n), kind="stable"):
         order = np.argsort(-similarity[:, c], kind="stable")  # nearest the centre first, its own members or not
-        taken.append(next(int(i) for i in order if int(i) not in set(taken)))
+        seen = set(taken)
+        taken.append(next(int(i) for i in order if int(i) not in seen))
     return taken
 
 
