@@ -43,14 +43,13 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
     """The N rows to label, in the strategy's order, each with the teachers' suggestion and the signals."""
     import numpy as np
 
-    from kamalcli.probs import normalised_entropy, percentile, softmax
-
     from kamalcli.data.text import load_dataset_rows
+    from kamalcli.heads import several_heads
     from kamalcli.methods.vanilla_kd import union_logits
     from kamalcli.probe.outputs import teacher_outputs
     from kamalcli.probe.runner import Runner
-    from kamalcli.heads import several_heads
     from kamalcli.probe.teacher_weights import refresh_teachers
+    from kamalcli.probs import normalised_entropy, percentile, softmax
 
     if dataset.task != "sequence":
         raise KamalError(f"dataset {dataset.name} holds tokens with tags; label-queue is for texts")
@@ -71,26 +70,23 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
     outputs = teacher_outputs(store, teachers, [runner.logits_probe(t, dataset, max_length) for t in teachers])
     union = softmax(union_logits(outputs))
     signals = {"teachers_disagree": teachers_disagree(outputs), "small_margin": 1.0 - margin(union)}
-    features = union
+    features, predicted = union, union
     if student is not None:
         logits, features = student_outputs(student, texts, device)
-        signals["student_unsure"] = normalised_entropy(softmax(logits))
+        predicted = softmax(logits)
+        signals["student_unsure"] = normalised_entropy(predicted)
     ranks = {name: percentile(values) for name, values in signals.items()}
     priority = np.mean(list(ranks.values()), axis=0)
-    if strategy == "disagree":
-        chosen = spread_out(priority, features, n)
-    elif strategy == "random":
-        chosen = [int(i) for i in np.random.default_rng(seed).permutation(len(texts))[:n]]
-    elif strategy == "balanced":
-        chosen = balanced(np.argmax(softmax(logits) if student is not None else union, axis=1), n, seed)
-    else:
+
+    def sentence_vectors():
         from kamalcli.probe.encoder import sentence_vectors
         from kamalcli.probe.prototypes import DEFAULT_ENCODER
         from kamalcli.runtime import resolve_device
 
-        vectors = sentence_vectors(workspace, encoder or DEFAULT_ENCODER, texts, dataset.content_hash, max_length,
-                                   resolve_device(device), say)
-        chosen = representatives(np.asarray(vectors), n, seed)
+        return np.asarray(sentence_vectors(workspace, encoder or DEFAULT_ENCODER, texts, dataset.content_hash,
+                                           max_length, resolve_device(device), say))
+
+    chosen = choose(strategy, n, seed, priority, features, predicted.argmax(axis=1), sentence_vectors)
     names = list(outputs.space.names)
     rows = []
     for i in chosen:
@@ -99,6 +95,20 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
                      "candidates": " | ".join(names[j] for j in order), "priority": round(float(priority[i]), 4),
                      **{name: round(float(values[i]), 4) for name, values in signals.items()}})
     return rows
+
+
+def choose(strategy: str, n: int, seed: int, priority: np.ndarray, features: np.ndarray, predicted: np.ndarray,
+           sentence_vectors) -> list[int]:
+    """The n rows' indices, in the strategy's order (sentence_vectors: computed only for `diverse`)."""
+    import numpy as np
+
+    if strategy == "disagree":
+        return spread_out(priority, features, n)
+    if strategy == "random":
+        return [int(i) for i in np.random.default_rng(seed).permutation(len(priority))[:n]]
+    if strategy == "balanced":
+        return balanced(predicted, n, seed)
+    return representatives(sentence_vectors(), n, seed)
 
 
 def teachers_disagree(outputs) -> np.ndarray:
