@@ -8,8 +8,8 @@ import click
 
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, pct
-from kamalcli.students.label_queue import STRATEGIES
 from kamalcli.errors import KamalError
+from kamalcli.students.label_queue import STRATEGIES
 
 
 @click.command()

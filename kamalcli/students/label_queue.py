@@ -54,9 +54,9 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
     if dataset.task != "sequence":
         raise KamalError(f"dataset {dataset.name} holds tokens with tags; label-queue is for texts")
     dataset.refuse_test(f"kamal label-queue --data {dataset.name}")  # its labelled rows would train a student
-    texts, _ = load_dataset_rows(dataset)
     if strategy not in STRATEGIES:
         raise KamalError(f"--strategy {strategy}: choose one of {', '.join(STRATEGIES)}")
+    texts, _ = load_dataset_rows(dataset)
     if not 1 <= n <= len(texts):
         raise KamalError(f"--n {n}: dataset {dataset.name} has {len(texts)} rows; ask for 1 to {len(texts)}")
     teachers = store.teachers_of_task("sequence")
@@ -117,7 +117,6 @@ def teachers_disagree(outputs) -> np.ndarray:
 
     from kamalcli.probs import logsumexp, softmax
 
-
     lse = np.stack([logsumexp(z.astype(np.float64), axis=1) for z in outputs.logits], axis=1)
     return 1.0 - softmax(lse).max(axis=1)
 
@@ -144,7 +143,6 @@ def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
     """Greedy: the highest priority - SPREAD x (largest cosine to a row taken); near duplicates never."""
     import numpy as np
 
-
     vectors = np.asarray(features, dtype=np.float64)
     vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     pool = np.argsort(-priority, kind="stable")[: max(n * CANDIDATES, n)]
@@ -169,7 +167,6 @@ def balanced(predicted: np.ndarray, n: int, seed: int) -> list[int]:
     class; a class out of rows drops out of the turn."""
     import numpy as np
 
-
     rng = np.random.default_rng(seed)
     classes, counts = np.unique(predicted, return_counts=True)
     queues = [list(rng.permutation(np.flatnonzero(predicted == c))) for c in classes[np.argsort(-counts, kind="stable")]]
@@ -186,7 +183,6 @@ def representatives(vectors: np.ndarray, n: int, seed: int, rounds: int = KMEANS
     row nearest its centre, the largest clusters first (ties: the earlier row). n distinct rows."""
     import numpy as np
 
-
     x = np.asarray(vectors, dtype=np.float64)
     x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     rng = np.random.default_rng(seed)
@@ -194,19 +190,20 @@ def representatives(vectors: np.ndarray, n: int, seed: int, rounds: int = KMEANS
     distance = 1.0 - x @ centres[0]
     for _ in range(1, n):  # k-means++: the next centre drawn in proportion to its squared distance
         weights = np.maximum(distance, 0.0) ** 2
-        i = int(rng.choice(len(x), p=weights / weights.sum())) if weights.sum() > 0 else int(rng.integers(len(x)))
+        total = weights.sum()
+        i = int(rng.choice(len(x), p=weights / total)) if total > 0 else int(rng.integers(len(x)))
         centres.append(x[i])
         distance = np.minimum(distance, 1.0 - x @ x[i])
     centres = np.stack(centres)
-    for _ in range(rounds):
+    for _ in range(rounds):  # each centre the unit mean of its rows; a cluster without rows keeps its centre
         assigned = np.argmax(x @ centres.T, axis=1)
         for c in range(n):
             members = x[assigned == c]
             if len(members):
                 mean = members.sum(axis=0)
                 centres[c] = mean / max(np.linalg.norm(mean), 1e-12)
-    assigned = np.argmax(x @ centres.T, axis=1)
     similarity = x @ centres.T
+    assigned = np.argmax(similarity, axis=1)
     taken: list[int] = []
     for c in np.argsort(-np.bincount(assigned, minlength=n), kind="stable"):
         order = np.argsort(-similarity[:, c], kind="stable")  # nearest the centre first, its own members or not
