@@ -326,3 +326,21 @@ def test_prototype_scores_need_labelled_text_for_every_label(two_teachers, asset
     result = two_teachers("amalgamate", "--method", "muki-hard", "--option", "score=prototype", "--option",
                           "encoder=/no/such/encoder", "--rmd-fit", "train", "--name", "q", *train_args(assets), code=2)
     assert "/no/such/encoder: no such folder" in result.output and "Traceback" not in result.output
+
+
+def test_gold_rows_join_the_priors_prototypes_and_the_recipe_says_so(two_teachers, assets, tmp_path):
+    import tiny
+    from conftest import FOUR
+
+    gold = tiny.write_jsonl(tmp_path / "gold.jsonl", tiny.topic_rows(FOUR, 60, seed=12)[:40])  # rows of the pool
+    two_teachers("add-data", assets["train"], "--name", "train", "--role", "eval")
+    two_teachers("add-data", gold, "--name", "gold", "--role", "eval")
+    args = ["amalgamate", "--method", "muki-hard", "--option", f"encoder={assets['encoder']}", *train_args(assets)]
+    result = two_teachers("--verbose", *args, "--rmd-fit", "train", "--gold", "gold", "--name", "pooled")
+    assert "built from train and the labelled rows of gold (a gold row is left out of its own label's prototype)" in (
+        unfolded(result.output))
+    [student] = two_teachers.json("students")
+    assert student["train"]["recipe"]["prior"]["value"] == "train + gold"
+    alone = json.loads(two_teachers(*args, "--rmd-fit", "gold", "--gold", "gold", "--name", "g", "--dry-run",
+                                    "--json").stdout)
+    assert alone["recipe"]["prior"]["value"] == "gold" and alone["recipe"]["prior"]["gold"] is None

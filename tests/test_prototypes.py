@@ -36,6 +36,25 @@ def test_the_prior_is_the_softmax_of_cosines_at_temperature_0_1_over_every_label
                                                            [0.015876, 0.117310, 0.866813]], atol=1e-6)
 
 
+def test_a_gold_row_is_left_out_of_its_own_labels_prototype_in_the_prior():
+    from kamalcli.probe.prototypes import PrototypeFit, _held_out
+
+    # generated rows a: [1, 0] and b: [0, 1]; one gold row of a at [0.6, 0.8], which is also a transfer row
+    fit_vectors, fit_labels = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]), ["a", "b", "a"]
+    sums, held_out = _held_out(["real", "other"], ["g1", "g2", "real"], fit_labels, fit_vectors, ["a", "b"])
+    assert np.allclose(sums, [[1.6, 0.8], [0.0, 1.0]]) and held_out[0].tolist() == [0] and held_out[1].tolist() == [0]
+    rows = np.array([[0.6, 0.8], [2.0, 0.0]])
+    pooled = class_prototypes(fit_vectors, fit_labels, ["a", "b"])  # a: unit([1.6, 0.8]) = [0.894427, 0.447214]
+    fit = PrototypeFit(["a", "b"], np.eye(2, dtype=bool), rows, pooled, sums, held_out)
+    # the gold row against a's prototype without it ([1, 0]): cosines (0.6, 0.8) / 0.1; the other row as usual:
+    # cosines (0.894427, 0) / 0.1
+    assert np.allclose(fit.prior(["a", "b"]), [[0.119203, 0.880797], [0.999870, 0.000130]], atol=1e-6)
+    assert np.allclose(fit.prior(["b", "a"])[0], [0.880797, 0.119203], atol=1e-6)
+    # in-sample it would have read its own label: cosines (0.894427, 0.8) / 0.1
+    assert np.allclose(PrototypeFit(["a", "b"], fit.owns, rows, pooled).prior(["a", "b"])[0], [0.719962, 0.280038],
+                       atol=1e-6)
+
+
 def test_the_prior_is_decided_on_labelled_text_holding_every_label():
     from types import SimpleNamespace
 
@@ -52,6 +71,13 @@ def test_the_prior_is_decided_on_labelled_text_holding_every_label():
     assert decide_prior(SimpleNamespace(dataset=None), ["a"]).line.startswith("prior=auto: none: no labelled text")
     assert decide_prior(plan, ["a", "b"], str.lower, encoder_error="minilm-l6 is not installed").line == (
         "prior=auto: none: minilm-l6 is not installed.")
+    gold = SimpleNamespace(name="gold", id=2, label_counts={"a": 4})
+    synth.id = 1
+    pooled = decide_prior(plan, ["a", "b"], canonical=str.lower, gold=gold)  # --gold: its rows join the prototypes
+    assert pooled.value == "synth + gold" and pooled.evidence["data"] == "synth" and pooled.evidence["gold"] == "gold"
+    assert "built from synth and the labelled rows of gold" in pooled.line
+    given = decide_prior(SimpleNamespace(dataset=gold), ["a"], gold=gold)  # --rmd-fit gold: gold alone
+    assert given.value == "gold" and given.evidence["gold"] is None
 
 
 def test_fusion_averages_the_pooled_percentiles():

@@ -80,13 +80,17 @@ def label_owners(teachers, canonical=lambda label: label) -> tuple[list[str], np
 
 @dataclass(frozen=True)
 class PrototypeFit:
-    """The prototypes of fit_dataset's labels and the sentence vectors of a dataset's rows, read once for both the
-    prototype score and the prior."""
+    """The prototypes of the labelled rows' labels and the sentence vectors of a dataset's rows, read once for both
+    the prototype score and the prior. held_out: the dataset's rows that are themselves labelled rows of the fit,
+    as (row indices, their label indices, their unit vectors); the prior leaves each one out of its own label's
+    prototype, so a student does not learn a gold row's label twice (from its loss and from its target)."""
 
     names: list[str]
     owns: np.ndarray
     vectors: np.ndarray
     prototypes: np.ndarray
+    sums: np.ndarray | None = None      # (labels, H): the sum of each label's unit vectors, for held_out
+    held_out: tuple | None = None
 
     def shares(self) -> np.ndarray:
         """(rows, teachers): the prototype score."""
@@ -94,27 +98,61 @@ class PrototypeFit:
 
     def prior(self, labels: list[str]) -> np.ndarray:
         """(rows, len(labels)): the prototype classifier's class probabilities, columns in `labels` order."""
-        return class_posterior(self.vectors, self.prototypes)[:, [self.names.index(label) for label in labels]]
+        columns = [self.names.index(label) for label in labels]
+        if not self.held_out or not len(self.held_out[0]):
+            return class_posterior(self.vectors, self.prototypes)[:, columns]
+        logits = _unit(np.asarray(self.vectors, dtype=np.float64)) @ self.prototypes.T
+        rows, label_of, own = self.held_out
+        without = _unit(self.sums[label_of] - own)  # each held-out row's own label's prototype without it
+        logits[rows, label_of] = np.einsum("ij,ij->i", _unit(np.asarray(self.vectors[rows], dtype=np.float64)),
+                                           without)
+        return softmax(logits / PRIOR_TEMPERATURE, axis=1)[:, columns]
 
 
 def fit_prototypes(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
-                   say=print, canonical=lambda label: label, encode: bool = True) -> PrototypeFit | None:
-    """encode=False: from cached sentence vectors only (None when either set's were never computed)."""
+                   say=print, canonical=lambda label: label, encode: bool = True, gold=None) -> PrototypeFit | None:
+    """Prototypes of fit_dataset's labelled rows, and of gold's too where given (every labelled row counts once:
+    the real rows join the generated ones, a label gold lacks keeps fit_dataset's); encode=False: from cached
+    sentence vectors only (None when a set's were never computed)."""
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.encoder import sentence_vectors
 
     names, owns = label_owners(teachers, canonical)
-    fit_texts, fit_labels = load_dataset_rows(fit_dataset)
-    if fit_labels is None:
-        raise KamalError(f"{fit_dataset.name} has no labels: the prototype score needs labelled rows")
-    fit_labels = [canonical(label) for label in fit_labels]
+    fit_texts, fit_labels, fit_vectors = [], [], []
+    for labelled in (fit_dataset, gold):
+        if labelled is None:
+            continue
+        texts, labels = load_dataset_rows(labelled)
+        if labels is None:
+            raise KamalError(f"{labelled.name} has no labels: the prototype score needs labelled rows")
+        vectors = sentence_vectors(workspace, encoder, texts, labelled.content_hash, max_length, device, say, encode)
+        if vectors is None:
+            return None
+        fit_texts += texts
+        fit_labels += [canonical(label) for label in labels]
+        fit_vectors.append(np.asarray(vectors, dtype=np.float64))
     texts, _ = load_dataset_rows(dataset)
-    fit_vectors = sentence_vectors(workspace, encoder, fit_texts, fit_dataset.content_hash, max_length, device, say,
-                                   encode)
     vectors = sentence_vectors(workspace, encoder, texts, dataset.content_hash, max_length, device, say, encode)
-    if fit_vectors is None or vectors is None:
+    if vectors is None:
         return None
-    return PrototypeFit(names, owns, vectors, class_prototypes(fit_vectors, fit_labels, names))
+    fit_vectors = np.concatenate(fit_vectors)
+    prototypes = class_prototypes(fit_vectors, fit_labels, names)
+    if gold is None:
+        return PrototypeFit(names, owns, vectors, prototypes)
+    return PrototypeFit(names, owns, vectors, prototypes, *_held_out(texts, fit_texts, fit_labels, fit_vectors, names))
+
+
+def _held_out(texts, fit_texts, fit_labels, fit_vectors, names) -> tuple[np.ndarray, tuple]:
+    """The per-label sums of the fit's unit vectors, and the rows of texts that are fit rows (see PrototypeFit)."""
+    unit = _unit(fit_vectors)
+    label_index = np.array([names.index(label) if label in names else -1 for label in fit_labels])
+    sums = np.zeros((len(names), unit.shape[1]))
+    known = label_index >= 0
+    np.add.at(sums, label_index[known], unit[known])
+    where = {text: i for i, text in enumerate(fit_texts) if label_index[i] >= 0}
+    rows = np.array([r for r, text in enumerate(texts) if text in where], dtype=int)
+    fit_rows = np.array([where[texts[r]] for r in rows], dtype=int)
+    return sums, (rows, label_index[fit_rows], unit[fit_rows])
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

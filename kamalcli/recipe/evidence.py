@@ -21,6 +21,7 @@ class Evidence:
     plans: dict = field(default_factory=dict)      # one_dataset -> FitPlan (kamalcli/probe/fit_plan.py)
     figures_by_plan: dict = field(default_factory=dict)  # one_dataset -> measured figures under that plan
     encoder_errors: dict = field(default_factory=dict)   # encoder -> why it cannot load (None: it loads), memoised
+    gold: object | None = None        # the labelled rows of --gold (their labels join the prior's prototypes)
 
     @property
     def figures(self):
@@ -50,7 +51,7 @@ class Evidence:
 
 
 def gather(workspace, store, teachers, dataset=None, rmd_fit: str | None = None, *, check: bool, encoder: str,
-           device: str = "cpu", encode: bool = True) -> Evidence:
+           device: str = "cpu", encode: bool = True, gold: str | None = None) -> Evidence:
     """The evidence for these teachers on the transfer set a student trains on; dataset None: on every transfer
     set the teachers were probed on, as kamal probe and kamal report check them (encode=False: from cached
     sentence vectors only)."""
@@ -72,4 +73,4 @@ def gather(workspace, store, teachers, dataset=None, rmd_fit: str | None = None,
     data = dataset.name if dataset is not None else (prior_check.data if prior_check is not None else None)
     return Evidence(tuple(teachers), data, dataset.num_rows if dataset is not None else 0, tuple(space.names),
                     tuple(len(t.labels) for t in teachers), store.label_aliases().canonical, prior_check, plans,
-                    figures)
+                    figures, gold=store.dataset(gold) if gold else None)

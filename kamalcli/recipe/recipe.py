@@ -336,7 +336,7 @@ def _prior(evidence, options) -> Decision:
                             options.encoder, evidence.encoder_error(options.encoder),
                             check=evidence.check if checked else None,
                             unchecked="not checked against the transfer rows: kamal probe caches what it reads"
-                            if checked else "prior=prototype: not checked")
+                            if checked else "prior=prototype: not checked", gold=evidence.gold)
     if options.prior == "prototype" and decision.value is None:
         raise KamalError(f"prior=prototype: {decision.evidence['why']}")
     return decision
@@ -344,11 +344,14 @@ def _prior(evidence, options) -> Decision:
 
 def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str = "minilm-l6",
                  encoder_error: str | None = None, check=None,
-                 unchecked: str = "checked against the transfer rows when a student trains") -> Decision:
+                 unchecked: str = "checked against the transfer rows when a student trains", gold=None) -> Decision:
     """The prototype prior where the fit plan has one labelled dataset holding every label (label_names: the
     union's classes; canonical: a label's class), the encoder is installed and, when `check` (a PriorCheck of the
-    transfer rows) was made, the prototypes read every teacher's rows; else none, saying why."""
+    transfer rows) was made, the prototypes read every teacher's rows; else none, saying why. gold (the rows of
+    --gold): their labels join the plan's text in the prototypes (every labelled row counts once), unless the plan
+    fits on them already (--rmd-fit)."""
     dataset = plan.dataset
+    also = gold.name if gold is not None and dataset is not None and gold.id != dataset.id else None
     if dataset is None:
         return _prior_decision(None, "no labelled text for these teachers' labels (`kamal synthesize` writes some, "
                                      "or --rmd-fit NAME).", "no labelled text for every label")
@@ -365,29 +368,36 @@ def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str 
             return _prior_decision(None, f"{check.line(dataset.name, encoder)}.",
                                    _cut(f"its prototypes do not read the rows of {check.data}"), check.as_json())
         return _prior_decision(dataset.name, f"within the labels of {', '.join(read)} only, the target's classes are "
-                                             f"multiplied by a prototype classifier built from {dataset.name} in "
+                                             f"multiplied by a prototype classifier built from {_rows(dataset, also)} in "
                                              f"{encoder}, keeping each teacher's mass, because "
                                              f"{check.line(dataset.name, encoder)}; the choice between teachers "
                                              "stays the selection score's (commit=auto decides it).",
                                _cut(f"within {', '.join(read)}'s labels only: not every teacher's rows read"),
-                               check.as_json(), read)
+                               check.as_json(), read, also)
     how = check.line(dataset.name, encoder) if check is not None else unchecked
     if check is not None:
         short = f"its prototypes read every teacher's rows of {check.data}"
     else:
         short = "asked for (prior=prototype); not checked" if "prior=prototype" in how else "not checked"
     return _prior_decision(dataset.name, f"the target is multiplied by the class probabilities of a prototype "
-                                         f"classifier over every label, built from {dataset.name} in {encoder} "
+                                         f"classifier over every label, built from {_rows(dataset, also)} in {encoder} "
                                          f"({how}); it carries the selection, so commit=auto keeps vanilla-kd's "
-                                         "soft target.", _cut(short), check.as_json() if check is not None else None)
+                                         "soft target.", _cut(short), check.as_json() if check is not None else None,
+                           gold=also)
+
+
+def _rows(dataset, gold: str | None) -> str:
+    return dataset.name if gold is None else (f"{dataset.name} and the labelled rows of {gold} (a gold row is left out "
+                                              "of its own label's prototype)")
 
 
 def _prior_decision(data: str | None, reason: str, short: str, check: dict | None = None,
-                    teachers: list[str] | None = None) -> Decision:
+                    teachers: list[str] | None = None, gold: str | None = None) -> Decision:
     line = f"prior=auto: {'' if data else 'none: '}{reason}"
-    value = None if data is None else (data if teachers is None else f"{data} within {', '.join(teachers)}")
-    return Decision("prior", value, short, {"kind": "prototype" if data else "none", "data": data, "why": reason,
-                                            "line": line, "check": check, "teachers": teachers})
+    value = None if data is None else (data if gold is None else f"{data} + {gold}")
+    value = value if value is None or teachers is None else f"{value} within {', '.join(teachers)}"
+    return Decision("prior", value, short, {"kind": "prototype" if data else "none", "data": data, "gold": gold,
+                                            "why": reason, "line": line, "check": check, "teachers": teachers})
 
 
 def carries_selection(prior: Decision | None) -> bool:
@@ -573,7 +583,7 @@ def _cut(text: str, width: int = REASON_WIDTH) -> str:
 
 # -- the calls -----------------------------------------------------------------------------------------------
 
-def plan_recipe(workspace, store, teachers, dataset, options, *, rmd_fit: str | None = None,
+def plan_recipe(workspace, store, teachers, dataset, options, *, rmd_fit: str | None = None, gold: str | None = None,
                 device: str = "cpu") -> Recipe:
     """The recipe a student of these options trains with on this transfer set: the evidence gathered, then
     decide(); an empty recipe where the options leave nothing to kamal."""
@@ -584,7 +594,7 @@ def plan_recipe(workspace, store, teachers, dataset, options, *, rmd_fit: str | 
         return Recipe()
     # the prior's check reads the transfer rows' sentence vectors: made only where a rule reads it
     evidence = gather(workspace, store, teachers, dataset, rmd_fit, check=bool({"score", "prior", "refit"} & wanted),
-                      encoder=options.encoder, device=device)
+                      encoder=options.encoder, device=device, gold=gold)
     return decide(evidence, options)
 
 

@@ -111,7 +111,7 @@ def _recipe_of(workspace, store, job: Job) -> dict | None:
     if not reads_confidences(job.method, job.options):
         return None
     return plan_recipe(workspace, store, job.teachers, job.dataset, job.options, rmd_fit=job.request.rmd_fit,
-                       device=job.train.device).as_json()
+                       gold=job.request.gold, device=job.train.device).as_json()
 
 
 def _say_plan(store, job: Job, say, detail) -> None:

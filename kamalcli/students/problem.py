@@ -292,25 +292,26 @@ def _probed_outputs(workspace, store, job: Job, probe_request, run_id, say, read
         from kamalcli.probe.transfer_refit import refitted_outputs
 
         outputs = refitted_outputs(store, probes, outputs, refit, say)
-    fits = {}  # fit dataset name -> PrototypeFit: the score and the prior read the sentence vectors once
+    fits = {}  # (fit dataset, gold) names -> PrototypeFit: the score and the prior read the sentence vectors once
 
-    def prototypes(fit_name: str, say):
+    def prototypes(fit_name: str, say, gold: str | None = None):
         from kamalcli.probe.prototypes import fit_prototypes
 
-        if fit_name not in fits:
-            fits[fit_name] = fit_prototypes(workspace, teachers, dataset, store.dataset(fit_name),
-                                            encoder=options.encoder, max_length=train_config.max_length,
-                                            device=train_config.device, say=say,
-                                            canonical=store.label_aliases().canonical)
-        return fits[fit_name]
+        if (fit_name, gold) not in fits:
+            fits[fit_name, gold] = fit_prototypes(workspace, teachers, dataset, store.dataset(fit_name),
+                                                  encoder=options.encoder, max_length=train_config.max_length,
+                                                  device=train_config.device, say=say,
+                                                  canonical=store.label_aliases().canonical,
+                                                  gold=store.dataset(gold) if gold else None)
+        return fits[fit_name, gold]
 
     if reads_confidences(method, options) and _wants_prototypes(options, request, outputs):
         outputs = _with_prototype_score(request, options, outputs, prototypes, say)
     if prior and prior.get("data"):  # muki-hard's prior: the prototypes' class probabilities
-        classes = prototypes(prior["data"], lambda _: None).prior(list(outputs.space.names))
+        classes = prototypes(prior["data"], lambda _: None, prior.get("gold")).prior(list(outputs.space.names))
         within = prior.get("teachers")
         outputs = replace(outputs, prior=classes, prior_teachers=tuple(within) if within is not None else None)
-    fit = fits.get(prior["data"]) if prior and prior.get("data") else None
+    fit = fits.get((prior["data"], prior.get("gold"))) if prior and prior.get("data") else None
     outputs = _with_neighbours(workspace, recipe, method, options, outputs, dataset, train_config, say, fit)
     return outputs, probes, runner
 
