@@ -39,3 +39,21 @@ def test_every_command_has_help(tmp_path):
         result = CliRunner().invoke(cli, [name, "--help"])
         assert result.exit_code == 0, name
         assert "Usage:" in result.output
+
+
+def test_a_reader_that_goes_away_stops_kamal_quietly(monkeypatch, capsys):
+    """`kamal data | head`: a write fails once the reader is gone; click's main ends it with status 1 and no line
+    (kamal's own catch-all printed `Error: BrokenPipeError` before)."""
+    import errno
+
+    import pytest
+
+    from kamalcli.cli import cli
+
+    def write_to_a_closed_pipe(**_):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(cli.commands["methods"], "callback", write_to_a_closed_pipe)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["methods"], prog_name="kamal")
+    assert stopped.value.code == 1 and capsys.readouterr().err == ""

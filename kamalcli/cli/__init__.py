@@ -39,6 +39,8 @@ class KamalGroup(click.Group):
                 raise
             click.echo(f"Error: {e}", err=True)
             ctx.exit(e.exit_code)
+        except BrokenPipeError:  # the reader went away (`kamal methods | head`): click's main exits 1, quietly
+            raise
         except KeyboardInterrupt as e:
             if debug:
                 raise

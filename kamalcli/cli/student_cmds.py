@@ -53,7 +53,8 @@ def methods(as_json: bool) -> None:
                    "rows, else text kamal synthesize wrote for them, else circular).")
 @click.option("--gold", metavar="NAME",
               help="Labelled rows of the transfer data (kamal label-queue, then add-data --label-column): the student "
-                   "also learns their labels, beside the method's loss.")
+                   "also learns their labels, beside the method's loss, and muki-hard's prior adds them to its "
+                   "prototypes.")
 @click.option("--resume", metavar="NAME", help="Continue the interrupted run of that student from its checkpoint.")
 @click.option("--dry-run", is_flag=True, help="Decide the recipe and build the target, train nothing: say what it would learn.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: print it as JSON (stable keys).")
