@@ -156,14 +156,15 @@ def surer_half(confidence: np.ndarray, teacher: int) -> np.ndarray:
 
 
 def transfer_check(workspace, store, teachers, dataset, rmd_fit: str | None, *, encoder: str, device: str,
-                   encode: bool = True) -> PriorCheck | None:
+                   encode: bool = True, gold=None) -> PriorCheck | None:
     """check_prior on a transfer set, from the teachers' cached probes there (the newest carrying RMD fitted as
-    kamalcli/probe/fit_plan.py plans, else the newest) and the prototypes of the plan's labelled text, at the
-    probes' length; None when it cannot be made: no labelled text for every label, the encoder not installed,
-    a teacher never probed there, or (encode=False) sentence vectors never computed."""
+    kamalcli/probe/fit_plan.py plans, else the newest) and the prototypes the prior would use (the plan's labelled
+    text, with gold's rows where given), at the probes' length; None when it cannot be made: no labelled text for
+    every label, the encoder not installed, a teacher never probed there, or (encode=False) sentence vectors never
+    computed."""
     from kamalcli.errors import KamalError
     from kamalcli.probe.fit_plan import rmd_fit_plan
-    from kamalcli.probe.prototypes import class_posterior, fit_prototypes
+    from kamalcli.probe.prototypes import fit_prototypes
 
     plan = rmd_fit_plan(store, teachers, rmd_fit, one_dataset=True)
     probes = [max(store.probes(teacher_id=t.id, dataset_id=dataset.id), default=None,
@@ -174,7 +175,8 @@ def transfer_check(workspace, store, teachers, dataset, rmd_fit: str | None, *, 
     try:
         fit = fit_prototypes(workspace, teachers, dataset, plan.dataset, encoder=encoder, device=device,
                              max_length=max(p.options.get("max_length", 128) for p in probes), say=lambda _: None,
-                             canonical=canonical, encode=encode)
+                             canonical=canonical, encode=encode,
+                             gold=gold if gold is not None and gold.id != plan.dataset.id else None)
     except KamalError:
         return None
     if fit is None:
@@ -186,7 +188,7 @@ def transfer_check(workspace, store, teachers, dataset, rmd_fit: str | None, *, 
     else:
         confidence, by = fit.shares(), "the prototype score"
     columns = [[fit.names.index(canonical(label)) for label in t.labels] for t in teachers]
-    return check_prior([t.name for t in teachers], class_posterior(fit.vectors, fit.prototypes), columns,
+    return check_prior([t.name for t in teachers], fit.prior(fit.names), columns,
                        [np.asarray(r["pred"]) for r in rows], confidence, dataset.name, by)
 
 

@@ -59,6 +59,7 @@ def gather(workspace, store, teachers, dataset=None, rmd_fit: str | None = None,
     from kamalcli.probe.measured import measured_figures
     from kamalcli.probe.prior_check import transfer_check, workspace_check
 
+    gold = store.dataset(gold) if gold else None
     plans = {one: rmd_fit_plan(store, teachers, rmd_fit, one_dataset=one) for one in (False, True)}
     fits = {one: (plan.source, plan.dataset.id if plan.dataset is not None else None) for one, plan in plans.items()}
     figures = {False: measured_figures(store, teachers, plans[False])}  # one read where both plans fit alike
@@ -68,9 +69,10 @@ def gather(workspace, store, teachers, dataset=None, rmd_fit: str | None = None,
         prior_check = workspace_check(workspace, store, teachers, rmd_fit, encoder=encoder, device=device,
                                       encode=encode)
     elif check:
-        prior_check = transfer_check(workspace, store, teachers, dataset, rmd_fit, encoder=encoder, device=device)
+        prior_check = transfer_check(workspace, store, teachers, dataset, rmd_fit, encoder=encoder, device=device,
+                                     gold=gold)
     space = store.label_space(teachers)
     data = dataset.name if dataset is not None else (prior_check.data if prior_check is not None else None)
     return Evidence(tuple(teachers), data, dataset.num_rows if dataset is not None else 0, tuple(space.names),
                     tuple(len(t.labels) for t in teachers), store.label_aliases().canonical, prior_check, plans,
-                    figures, gold=store.dataset(gold) if gold else None)
+                    figures, gold=gold)
