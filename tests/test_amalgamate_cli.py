@@ -328,19 +328,28 @@ def test_prototype_scores_need_labelled_text_for_every_label(two_teachers, asset
     assert "/no/such/encoder: no such folder" in result.output and "Traceback" not in result.output
 
 
-def test_gold_rows_join_the_priors_prototypes_and_the_recipe_says_so(two_teachers, assets, tmp_path):
+def test_gold_rows_join_the_priors_prototypes_and_the_recipe_says_so(two_teachers, assets, tmp_path, monkeypatch):
     import tiny
     from conftest import FOUR
+    from kamalcli.probe import prototypes
+
+    fitted = []  # (fit data, gold) of every prototype fit
+    fit_prototypes = prototypes.fit_prototypes
+    monkeypatch.setattr(prototypes, "fit_prototypes", lambda *args, gold=None, **kwargs: fitted.append(
+        (args[3].name, gold.name if gold is not None else None)) or fit_prototypes(*args, gold=gold, **kwargs))
 
     gold = tiny.write_jsonl(tmp_path / "gold.jsonl", tiny.topic_rows(FOUR, 60, seed=12)[:40])  # rows of the pool
     two_teachers("add-data", assets["train"], "--name", "train", "--role", "eval")
     two_teachers("add-data", gold, "--name", "gold", "--role", "eval")
+    two_teachers("probe", "--rmd-fit", "train")
     args = ["amalgamate", "--method", "muki-hard", "--option", f"encoder={assets['encoder']}", *train_args(assets)]
     result = two_teachers("--verbose", *args, "--rmd-fit", "train", "--gold", "gold", "--name", "pooled")
     assert "built from train and the labelled rows of gold (a gold row is left out of its own label's prototype)" in (
         unfolded(result.output))
     [student] = two_teachers.json("students")
     assert student["train"]["recipe"]["prior"]["value"] == "train + gold"
+    # twice: the prior's check, then the prior itself (the prototype score reads train alone, as --rmd-fit says)
+    assert student["train"]["recipe"]["prior"]["check"] is not None and fitted.count(("train", "gold")) == 2
     alone = json.loads(two_teachers(*args, "--rmd-fit", "gold", "--gold", "gold", "--name", "g", "--dry-run",
                                     "--json").stdout)
     assert alone["recipe"]["prior"]["value"] == "gold" and alone["recipe"]["prior"]["gold"] is None
