@@ -78,6 +78,11 @@ def test_the_prior_is_decided_on_labelled_text_holding_every_label():
     assert "built from synth and the labelled rows of gold" in pooled.line
     given = decide_prior(SimpleNamespace(dataset=gold), ["a"], gold=gold)  # --rmd-fit gold: gold alone
     assert given.value == "gold" and given.evidence["gold"] is None
+    # the generated text's prototypes failed the check (kamalcli/recipe/evidence.py): the gold rows replace them
+    alone = decide_prior(plan, ["a"], gold=gold, gold_alone=True)
+    assert alone.value == "gold" and alone.evidence["data"] == "gold" and alone.evidence["gold"] is None
+    assert alone.reason == "gold alone: the generated text's prototypes misread the rows"
+    assert "from gold alone, because the prototypes of the generated text do not read every teacher's" in alone.line
 
 
 def test_fusion_averages_the_pooled_percentiles():

@@ -27,7 +27,8 @@ def evidence(figures=(), check=None, rows=2000, labelled=True, label_counts=(5, 
     return SimpleNamespace(teachers=teachers, data="pool", rows=rows, label_names=tuple("abcdefghij"),
                            label_counts=label_counts, canonical=lambda label: label, check=check,
                            figures=list(figures), figures_for=lambda score: list(figures),
-                           fit_plan=lambda one_dataset=False: plan, encoder_error=lambda encoder: None, gold=None)
+                           fit_plan=lambda one_dataset=False: plan, encoder_error=lambda encoder: None, gold=None,
+                           gold_alone=False, prior_check=check)
 
 
 READ = PriorCheck("pool", "rmd", [Agreement("a", 100, 90, 0.5), Agreement("b", 100, 88, 0.5)])

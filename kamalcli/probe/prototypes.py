@@ -112,8 +112,9 @@ class PrototypeFit:
 def fit_prototypes(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
                    say=print, canonical=lambda label: label, encode: bool = True, gold=None) -> PrototypeFit | None:
     """Prototypes of fit_dataset's labelled rows, and of gold's too where given (every labelled row counts once:
-    the real rows join the generated ones, a label gold lacks keeps fit_dataset's); encode=False: from cached
-    sentence vectors only (None when a set's were never computed)."""
+    the real rows join the generated ones, a label gold lacks keeps fit_dataset's); a transfer row that is a fit
+    row is held out of its own label's prototype in the prior; encode=False: from cached sentence vectors only
+    (None when a set's were never computed)."""
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.probe.encoder import sentence_vectors
 
@@ -137,8 +138,6 @@ def fit_prototypes(workspace, teachers, dataset, fit_dataset, *, encoder: str, m
         return None
     fit_vectors = np.concatenate(fit_vectors)
     prototypes = class_prototypes(fit_vectors, fit_labels, names)
-    if gold is None:
-        return PrototypeFit(names, owns, vectors, prototypes)
     return PrototypeFit(names, owns, vectors, prototypes, *_held_out(texts, fit_texts, fit_labels, fit_vectors, names))
 
 

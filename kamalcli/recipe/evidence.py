@@ -21,7 +21,9 @@ class Evidence:
     plans: dict = field(default_factory=dict)      # one_dataset -> FitPlan (kamalcli/probe/fit_plan.py)
     figures_by_plan: dict = field(default_factory=dict)  # one_dataset -> measured figures under that plan
     encoder_errors: dict = field(default_factory=dict)   # encoder -> why it cannot load (None: it loads), memoised
-    gold: object | None = None        # the labelled rows of --gold (their labels join the prior's prototypes)
+    gold: object | None = None        # the labelled rows of --gold (the prior's prototypes read them)
+    gold_alone: bool = False          # the prior's prototypes from gold alone: the generated text's fail the check
+    prior_check: object | None = None  # the check of the prototypes the prior reads (with gold: not `check`'s)
 
     @property
     def figures(self):
@@ -59,7 +61,6 @@ def gather(workspace, store, teachers, dataset=None, rmd_fit: str | None = None,
     from kamalcli.probe.measured import measured_figures
     from kamalcli.probe.prior_check import transfer_check, workspace_check
 
-    gold = store.dataset(gold) if gold else None
     plans = {one: rmd_fit_plan(store, teachers, rmd_fit, one_dataset=one) for one in (False, True)}
     fits = {one: (plan.source, plan.dataset.id if plan.dataset is not None else None) for one, plan in plans.items()}
     figures = {False: measured_figures(store, teachers, plans[False])}  # one read where both plans fit alike
@@ -69,10 +70,30 @@ def gather(workspace, store, teachers, dataset=None, rmd_fit: str | None = None,
         prior_check = workspace_check(workspace, store, teachers, rmd_fit, encoder=encoder, device=device,
                                       encode=encode)
     elif check:
-        prior_check = transfer_check(workspace, store, teachers, dataset, rmd_fit, encoder=encoder, device=device,
-                                     gold=gold)
-    space = store.label_space(teachers)
+        prior_check = transfer_check(workspace, store, teachers, dataset, rmd_fit, encoder=encoder, device=device)
+    space, canonical = store.label_space(teachers), store.label_aliases().canonical
+    gold, alone, checked_prior = _gold_for_the_prior(workspace, store, teachers, dataset, rmd_fit, gold, plans[True],
+                                                     prior_check, set(space.names), canonical, check=check,
+                                                     encoder=encoder, device=device)
     data = dataset.name if dataset is not None else (prior_check.data if prior_check is not None else None)
     return Evidence(tuple(teachers), data, dataset.num_rows if dataset is not None else 0, tuple(space.names),
-                    tuple(len(t.labels) for t in teachers), store.label_aliases().canonical, prior_check, plans,
-                    figures, gold=gold)
+                    tuple(len(t.labels) for t in teachers), canonical, prior_check, plans,
+                    figures, gold=gold, gold_alone=alone, prior_check=checked_prior)
+
+
+def _gold_for_the_prior(workspace, store, teachers, dataset, rmd_fit, gold_name, plan, generated_check, label_names,
+                        canonical, *, check: bool, encoder: str, device: str):
+    """With --gold: (the gold dataset, whether the prior reads it alone, the check of the prototypes it reads). Its
+    rows join the plan's labelled text unless the plan fits on them already (--rmd-fit); they replace it where
+    they hold every label and the plan's text failed the check (its prototypes misread some teacher's rows)."""
+    from kamalcli.probe.prior_check import transfer_check
+
+    gold = store.dataset(gold_name) if gold_name else None
+    if gold is None or plan.dataset is None or gold.id == plan.dataset.id:
+        return None, False, generated_check
+    holds_every_label = label_names <= {canonical(label) for label in (gold.label_counts or {})}
+    alone = holds_every_label and generated_check is not None and not generated_check.passed
+    if not check or dataset is None:
+        return gold, alone, generated_check
+    return gold, alone, transfer_check(workspace, store, teachers, dataset, gold.name if alone else rmd_fit,
+                                       encoder=encoder, device=device, gold=None if alone else gold)

@@ -334,9 +334,10 @@ def _prior(evidence, options) -> Decision:
     checked = options.prior == "auto"
     decision = decide_prior(evidence.fit_plan(one_dataset=True), evidence.label_names, evidence.canonical,
                             options.encoder, evidence.encoder_error(options.encoder),
-                            check=evidence.check if checked else None,
+                            check=evidence.prior_check if checked else None,
                             unchecked="not checked against the transfer rows: kamal probe caches what it reads"
-                            if checked else "prior=prototype: not checked", gold=evidence.gold)
+                            if checked else "prior=prototype: not checked", gold=evidence.gold,
+                            gold_alone=evidence.gold_alone and checked)
     if options.prior == "prototype" and decision.value is None:
         raise KamalError(f"prior=prototype: {decision.evidence['why']}")
     return decision
@@ -344,13 +345,14 @@ def _prior(evidence, options) -> Decision:
 
 def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str = "minilm-l6",
                  encoder_error: str | None = None, check=None,
-                 unchecked: str = "checked against the transfer rows when a student trains", gold=None) -> Decision:
+                 unchecked: str = "checked against the transfer rows when a student trains", gold=None,
+                 gold_alone: bool = False) -> Decision:
     """The prototype prior where the fit plan has one labelled dataset holding every label (label_names: the
     union's classes; canonical: a label's class), the encoder is installed and, when `check` (a PriorCheck of the
     transfer rows) was made, the prototypes read every teacher's rows; else none, saying why. gold (the rows of
     --gold): their labels join the plan's text in the prototypes (every labelled row counts once), unless the plan
-    fits on them already (--rmd-fit)."""
-    dataset = plan.dataset
+    fits on them already (--rmd-fit); gold_alone: they replace it, the plan's text having failed the check."""
+    dataset = gold if gold_alone else plan.dataset
     also = gold.name if gold is not None and dataset is not None and gold.id != dataset.id else None
     if dataset is None:
         return _prior_decision(None, "no labelled text for these teachers' labels (`kamal synthesize` writes some, "
@@ -379,6 +381,10 @@ def decide_prior(plan, label_names, canonical=lambda label: label, encoder: str 
         short = f"its prototypes read every teacher's rows of {check.data}"
     else:
         short = "asked for (prior=prototype); not checked" if "prior=prototype" in how else "not checked"
+    if gold_alone:  # the generated text's own check failed, the gold rows' passed (or was not made)
+        how = (f"{how}; from {dataset.name} alone, because the prototypes of the generated text do not read every "
+               "teacher's transfer rows")
+        short = f"{dataset.name} alone: the generated text's prototypes misread the rows"
     return _prior_decision(dataset.name, f"the target is multiplied by the class probabilities of a prototype "
                                          f"classifier over every label, built from {_rows(dataset, also)} in {encoder} "
                                          f"({how}); it carries the selection, so commit=auto keeps vanilla-kd's "
