@@ -707,8 +707,8 @@ def gold_table(stored: dict) -> str:
                                                                   for t in titles)])
     headers = ["accuracy / macro-F1 %", *(f"{t} ({stored[t]['role']})" for t in titles)]
     return ("The gold rows are pool rows with their labels, given as a user gives them: added as an eval set (probe "
-            "measures the selection scores on them) and `--gold` (their loss; their rows join the generated text in "
-            "the prior's prototypes); one draw, one seed, realistic protocol, the setting's test rows.\n\n"
+            "measures the selection scores on them) and `--gold` (their loss; the prior's prototypes read them beside "
+            "the generated text, or alone where it fails the check); one draw, seed 1, realistic protocol.\n\n"
             + markdown(headers, rows))
 
 
