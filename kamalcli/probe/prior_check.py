@@ -175,8 +175,7 @@ def transfer_check(workspace, store, teachers, dataset, rmd_fit: str | None, *, 
     try:
         fit = fit_prototypes(workspace, teachers, dataset, plan.dataset, encoder=encoder, device=device,
                              max_length=max(p.options.get("max_length", 128) for p in probes), say=lambda _: None,
-                             canonical=canonical, encode=encode,
-                             gold=gold if gold is not None and gold.id != plan.dataset.id else None)
+                             canonical=canonical, encode=encode, gold=gold)
     except KamalError:
         return None
     if fit is None:

@@ -98,15 +98,12 @@ class PrototypeFit:
 
     def prior(self, labels: list[str]) -> np.ndarray:
         """(rows, len(labels)): the prototype classifier's class probabilities, columns in `labels` order."""
-        columns = [self.names.index(label) for label in labels]
-        if not self.held_out or not len(self.held_out[0]):
-            return class_posterior(self.vectors, self.prototypes)[:, columns]
-        logits = _unit(np.asarray(self.vectors, dtype=np.float64)) @ self.prototypes.T
-        rows, label_of, own = self.held_out
-        without = _unit(self.sums[label_of] - own)  # each held-out row's own label's prototype without it
-        logits[rows, label_of] = np.einsum("ij,ij->i", _unit(np.asarray(self.vectors[rows], dtype=np.float64)),
-                                           without)
-        return softmax(logits / PRIOR_TEMPERATURE, axis=1)[:, columns]
+        unit = _unit(np.asarray(self.vectors, dtype=np.float64))
+        cosines = unit @ self.prototypes.T
+        if self.held_out is not None:
+            rows, label_of, own = self.held_out  # each against its own label's prototype without it
+            cosines[rows, label_of] = np.einsum("ij,ij->i", unit[rows], _unit(self.sums[label_of] - own))
+        return softmax(cosines / PRIOR_TEMPERATURE, axis=1)[:, [self.names.index(label) for label in labels]]
 
 
 def fit_prototypes(workspace, teachers, dataset, fit_dataset, *, encoder: str, max_length: int, device: str,
@@ -120,7 +117,7 @@ def fit_prototypes(workspace, teachers, dataset, fit_dataset, *, encoder: str, m
 
     names, owns = label_owners(teachers, canonical)
     fit_texts, fit_labels, fit_vectors = [], [], []
-    for labelled in (fit_dataset, gold):
+    for labelled in (fit_dataset, gold if gold is None or gold.id != fit_dataset.id else None):  # each row once
         if labelled is None:
             continue
         texts, labels = load_dataset_rows(labelled)
