@@ -22,16 +22,11 @@ RESULTS = HERE / "results"
 BENCHMARKS_DOC = HERE.parent / "docs" / "benchmarks.md"
 # suite: (module, function(argv)), imported only when chosen (KAMAL_BENCH_WORK first, then common)
 TOOLS = {
-    "cross-lingual-builds": ("cross_lingual_builds", "builds_main"),
-    "cross-lingual-peers": ("cross_lingual_builds", "peers_main"),
-    "readme-walk": ("readme_walk", "main"),
-    "student-choice": ("student_choice", "main"),
-    "cpu-overhead": ("speed", "overhead_main"),
-    "gpu-figures": ("speed", "gpu_figures_main"),
-    "cuda-walk": ("speed", "cuda_walk_main"),
-    "distributed-speed": ("speed", "distributed_speed_main"),
-    "onnx-speed": ("speed", "onnx_speed_main"),
-    "demo-data": ("common", "demo_data"),
+    "cross-lingual-builds": ("cross_lingual_builds", "builds_main"), "cross-lingual-peers": ("cross_lingual_builds", "peers_main"),
+    "readme-walk": ("readme_walk", "main"), "student-choice": ("student_choice", "main"),
+    "cpu-overhead": ("speed", "overhead_main"), "gpu-figures": ("speed", "gpu_figures_main"),
+    "cuda-walk": ("speed", "cuda_walk_main"), "distributed-speed": ("speed", "distributed_speed_main"),
+    "onnx-speed": ("speed", "onnx_speed_main"), "demo-data": ("common", "demo_data"),
 }
 
 

@@ -1,33 +1,31 @@
-"""Which student to train: cost and accuracy of the student choices side by side, on a default-student setting's
-realistic protocol (teachers added as folders, a pool they never saw, `kamal synthesize`, a bare `kamal probe`, test
-rows added afterwards). kamal's default method (muki-hard, no options) trains each choice from the same cached teacher
-outputs; beside them the teachers' ensemble and supervised references on the pool's gold labels. A time is the
-whole `kamal amalgamate` (or train-teacher) command. python benchmarks/run.py student-choice [--choices 'head;l3']"""
+"""Which student to train: cost and accuracy of the student choices side by side, on default-student settings'
+realistic protocol; kamal's default method trains each choice from the same cached teacher outputs, beside the ensemble
+and supervised references on the pool's gold labels. A time is the whole command. A run of one setting keeps the
+others' figures. python benchmarks/run.py student-choice [--settings genre] [--choices 'head;l3']"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import default_student as ds
-from common import markdown, pct, summarize, write_results
+from common import RESULTS, markdown, pct, summarize, write_results
 
+STORED = RESULTS / "student-choice-quick.json"
+
+L6, BUDGET = ("--max-length", "128"), ("--steps", "600", "--lr", "1e-4", "--batch-size", "32", "--seed")
 # (key, what the table calls it, amalgamate arguments beyond kamal's default budget); settings as data
 CHOICES = [
     ("l3", "fine-tune minilm-l3, 64 tokens (the bench's student)", ("--student", "minilm-l3", "--max-length", "64")),
-    ("l6", "fine-tune minilm-l6, 128 tokens (kamal's default base)", ("--student", "minilm-l6", "--max-length", "128")),
-    ("head-rates", "head on frozen minilm-l6, 128 tokens (--fit head)",
-     ("--student", "minilm-l6", "--max-length", "128", "--fit", "head")),
+    ("l6", "fine-tune minilm-l6, 128 tokens (kamal's default base)", ("--student", "minilm-l6", *L6)),
+    ("head-rates", "head on frozen minilm-l6, 128 tokens (--fit head)", ("--student", "minilm-l6", *L6, "--fit", "head")),
     ("head-all", "minilm-l6 head, then fine-tune, 128 tokens (--fit head-then-all)",
-     ("--student", "minilm-l6", "--max-length", "128", "--fit", "head-then-all")),
+     ("--student", "minilm-l6", *L6, "--fit", "head-then-all")),
 ]
 # supervised references on the pool's gold labels: (key, what the table calls it, train-teacher arguments)
-REFERENCES = [
-    ("sup-head", "supervised: head on frozen minilm-l6, 128 tokens (--fit head)",
-     ("--base", "minilm-l6", "--max-length", "128", "--fit", "head")),
-    ("sup-l6", "supervised: fine-tune minilm-l6, 128 tokens",
-     ("--base", "minilm-l6", "--max-length", "128")),
-]
+REFERENCES = [("sup-head", "supervised: head on frozen minilm-l6, 128 tokens (--fit head)", ("--base", "minilm-l6", *L6, "--fit", "head")),
+              ("sup-l6", "supervised: fine-tune minilm-l6, 128 tokens", ("--base", "minilm-l6", *L6))]
 
 
 def _timed(call) -> tuple[object, float]:
@@ -38,31 +36,31 @@ def _timed(call) -> tuple[object, float]:
 def _student(bench, setting, ws, key: str, arguments: tuple[str, ...]) -> tuple[str, float | None]:
     """kamal's default student with these arguments (unless trained before); its name and command seconds."""
     _, method, options, _ = ds.DEFAULT_ROW
-    name = f"choice-{key}-s{bench.seeds[0]}"
+    if key == "l3":  # the bench's own student: default-student's default row, trained there once
+        return ds.train_default(bench, setting, ws), None
+    name, teachers = f"choice-{key}-s{bench.seeds[0]}", [a for t in setting.teachers for a in ("--teacher", t)]
     if ws.has_student(name):
         return name, None
     ds.withdraw_labelled(bench, setting, ws)
     bench.say(f"amalgamate {name}")
-    teachers = [a for t in setting.teachers for a in ("--teacher", t)]
-    _, seconds = _timed(lambda: ws("amalgamate", "--method", method, "--name", name, "--data", "pool", *teachers,
-                                   "--steps", "600", "--lr", "1e-4", "--batch-size", "32", "--seed",
-                                   str(bench.seeds[0]), *arguments, quiet=True))
-    return name, seconds
+    return name, _timed(lambda: ws("amalgamate", "--method", method, "--name", name, "--data", "pool", *teachers, *BUDGET,
+                                   str(bench.seeds[0]), *arguments, quiet=True))[1]
 
 
-def _reference(bench, key: str, arguments: tuple[str, ...]) -> tuple[dict, float | None]:
-    """A supervised reference on the pool's gold labels (train-teacher in the supervised workspace)."""
-    ws = bench.workspace("supervised")
-    rows = ds.pool_rows(bench)
+def _reference(bench, setting, key: str, arguments: tuple[str, ...]) -> tuple[dict, float | None]:
+    """A supervised reference on the pool's gold labels (train-teacher in a supervised workspace of the pool's)."""
+    rows = setting.rows(bench, "realistic")
+    if rows == ds.pool_rows(bench):  # debian-topics
+        ws = bench.workspace("supervised")
+    else:  # a package corpus: default-student's reference workspace, its test rows
+        ws = bench.init(ds.WORK / f"{bench.profile.name}-{setting.key.removeprefix('protocols-')}-supervised")
+        ds._write(ws, "test", setting.tests(bench)["test"], True, "test")
     ds._write(ws, "pool-gold", rows, True, "eval")
-    name = f"{key}-pool-s{bench.seeds[0]}"
-    seconds = None
+    name, seconds, labels = f"{key}-pool-s{bench.seeds[0]}", None, ",".join(sorted({r["label"] for r in rows}))
     if not ws.has_teacher(name):
         bench.say(f"supervised reference {name}")
-        labels = ",".join(sorted({r["label"] for r in rows}))
-        _, seconds = _timed(lambda: ws("train-teacher", "pool-gold", "--labels", labels, "--name", name, "--steps",
-                                       "600", "--lr", "1e-4", "--batch-size", "32", "--seed", str(bench.seeds[0]),
-                                       *arguments, quiet=True))
+        seconds = _timed(lambda: ws("train-teacher", "pool-gold", "--labels", labels, "--name", name, *BUDGET,
+                                    str(bench.seeds[0]), *arguments, quiet=True))[1]
     return ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test"), seconds
 
 
@@ -76,35 +74,40 @@ def run(settings: list[str], seed: int, choices: list[str] | None) -> None:
     order = sorted(wanted, key=lambda c: choices.index(c[0]) if choices else 0)  # trained in the order asked
     trained = {key: _student(bench, setting, ws, key, arguments) for key, _, arguments in order}
     ds.labelled_afterwards(bench, setting, ws)
-    records = {s["name"]: s for s in ws.json("students")}
-    rows, figures = [], {}
+    records, figures = {s["name"]: s for s in ws.json("students")}, {}
     for key, label, _ in wanted:
-        name, seconds = trained[key]
-        metrics = ws.json("eval", name, "--data", "test")
-        train = records[name]["train"]
+        (name, seconds), metrics = trained[key], ws.json("eval", trained[key][0], "--data", "test")
         figures[key] = {"label": label, "accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
-                        "train_seconds": train["seconds"], "command_seconds": seconds, "steps": train["steps"]}
+                        "train_seconds": records[name]["train"]["seconds"], "command_seconds": seconds,
+                        "steps": records[name]["train"]["steps"]}
     for key, label, arguments in [r for r in REFERENCES if choices is None or r[0] in choices]:
-        metrics, seconds = _reference(bench, key, arguments)
+        metrics, seconds = _reference(bench, setting, key, arguments)
         figures[key] = {"label": label, "accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
                         "command_seconds": seconds}
     for key, label in (("ensemble", "teachers' ensemble"), ("zero-shot", "zero-shot: nearest label name in minilm-l6, no teacher")):
         found = ws.json("eval", "--baseline", key, "--data", "test")
         figures[key] = {"label": label, **{k: found[k] for k in ("accuracy", "macro_f1")}}
-    for key, f in figures.items():
-        minutes = f"{f['command_seconds'] / 60:.1f}" if f.get("command_seconds") else "-"
-        trained_s = f"{f['train_seconds']:.0f}" if f.get("train_seconds") is not None else "-"
-        rows.append([f["label"], pct(summarize([f["accuracy"]])), pct(summarize([f["macro_f1"]])), minutes, trained_s])
+    stored = json.loads(STORED.read_text())["settings"] if STORED.is_file() else {}  # a run keeps other settings'
     title = next(t for t in ds.SETTINGS if bench.runs(t))
-    table = (f"**{title}**, realistic protocol, seed {seed}; students: kamal's default (muki-hard, no options), "
-             "at most 600 steps with early stopping, lr 1e-4, batch 32.\n\n"
-             + markdown(["student", "accuracy %", "macro-F1 %", "command minutes", "training seconds"], rows))
-    write_results(bench, {"setting": title, "figures": figures}, table)
+    stored[title] = {"seed": seed, "figures": {**stored.get(title, {}).get("figures", {}), **figures}}
+    write_results(bench, {"settings": stored}, "\n\n".join(_table(t, stored[t]) for t in ds.SETTINGS if t in stored))
+
+
+def _table(title: str, stored: dict) -> str:
+    rows = []
+    for key in [k for k in [c[0] for c in CHOICES + REFERENCES] + ["ensemble", "zero-shot"] if k in stored["figures"]]:
+        f = stored["figures"][key]
+        rows.append([f["label"], pct(summarize([f["accuracy"]])), pct(summarize([f["macro_f1"]])),
+                     f"{f['command_seconds'] / 60:.1f}" if f.get("command_seconds") else "-",
+                     f"{f['train_seconds']:.0f}" if f.get("train_seconds") is not None else "-"])
+    return (f"**{title}**, realistic protocol, seed {stored['seed']}; students: kamal's default (muki-hard, no "
+            "options), at most 600 steps with early stopping, lr 1e-4, batch 32.\n\n"
+            + markdown(["student", "accuracy %", "macro-F1 %", "command minutes", "training seconds"], rows))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="run.py student-choice", description=__doc__.splitlines()[0])
-    parser.add_argument("--settings", default="two teachers", help="the default-student setting (default: %(default)s)")
+    parser.add_argument("--settings", default="two teachers", help="a default-student setting (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--choices", help="keys separated by ';' (default: every choice and reference): "
                         + ", ".join(k for k, *_ in CHOICES + REFERENCES))

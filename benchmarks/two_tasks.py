@@ -90,9 +90,11 @@ def _extended(ws, settings: dict, bench: Bench) -> dict:
 
 def _debian_head_reference(bench: Bench) -> dict:
     """debian-topics' stored figures predate the head reference: student-choice's (the same head, rows and budget)."""
+    from default_student import realistic_setting
     from student_choice import REFERENCES, _reference
 
-    return _reference(bench, *next((key, arguments) for key, _, arguments in REFERENCES if key == "sup-head"))[0]
+    head = next((key, arguments) for key, _, arguments in REFERENCES if key == "sup-head")
+    return _reference(bench, realistic_setting("two teachers")[1], *head)[0]
 
 
 def exported(ws, student: str, texts: list[str], rows: int = 200) -> dict:
