@@ -24,9 +24,7 @@ from common import AT_DEFAULTS, DEFAULT_DATA, DOMAIN_PROMPT, HALF_A, HALF_B, PRO
 
 # (label, method, options, other amalgamate arguments)
 ROWS = [
-    ("vanilla-kd", "vanilla-kd", (), ()),
-    ("uhc", "uhc", (), ()),
-    ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",), ()),
+    ("vanilla-kd", "vanilla-kd", (), ()), ("uhc", "uhc", (), ()), ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",), ()),
     ("kamal's default (muki-hard, no options)", "muki-hard", (), ()),
     ("kamal's default, --init merge", "muki-hard", (), ("--init", "merge")),
 ]
@@ -553,32 +551,34 @@ def default_ablation(bench: Bench) -> None:
                     continue
             names[ablation] = bench.train_student(ws, name, method, teachers, seed, (*options, ablation), **arguments)
         labelled_afterwards(bench, setting, ws)
-        stored[title] = {"role": setting.role, "seed": bench.seeds[0], **{
+        stored.setdefault(title, {"role": setting.role, "seeds": {}})["seeds"][str(seed)] = {
             key or "default": {**{k: ws.json("eval", name, "--data", "test")[k] for k in ("accuracy", "macro_f1")},
                                "same_as_default": key in same}
-            for key, name in names.items()}}
+            for key, name in names.items()}
     write_results(bench, {"settings": stored}, ablation_table(stored))
 
 
 def ablation_table(stored: dict) -> str:
-    """Accuracy points the default loses when one auto is fixed (negative: the auto helps), per setting; the rule."""
+    """Accuracy points the default loses when one auto is fixed (negative: the auto helps), mean over seeds; the rule."""
     titles = [t for t in SETTINGS if t in stored]
     confirm = [t for t in titles if stored[t]["role"] == "confirm"]
-    rows = [["kamal's default (accuracy / macro-F1 %)", *(f"{100 * stored[t]['default']['accuracy']:.1f} / "
-                                                         f"{100 * stored[t]['default']['macro_f1']:.1f}" for t in titles), "", ""]]
+    runs = lambda t, key: [s for s in stored[t]["seeds"].values() if key in s]  # noqa: E731
+    cell = lambda t, k: f"{100 * np.mean([s['default'][k] for s in runs(t, 'default')]):.1f}"  # noqa: E731
+    rows = [["kamal's default (accuracy / macro-F1 %)", *(f"{cell(t, 'accuracy')} / {cell(t, 'macro_f1')}" for t in titles), "", ""]]
     for ablation in ABLATIONS:  # a setting stored before an ablation existed: "-"
-        ran = [t for t in titles if ablation in stored[t]]
-        gain = {t: 100 * (stored[t][ablation]["accuracy"] - stored[t]["default"]["accuracy"]) for t in ran}
-        mean = sum(gain[t] for t in confirm) / len(confirm) if confirm and set(confirm) <= set(ran) else None
-        keep = "-" if mean is None else "keep" if mean < 0 and max(gain[t] for t in confirm) <= 1 else "drop"
-        same = {t for t in ran if stored[t][ablation].get("same_as_default")}
+        ran = [t for t in titles if runs(t, ablation)]
+        gain = {t: np.mean([100 * (s[ablation]["accuracy"] - s["default"]["accuracy"]) for s in runs(t, ablation)]) for t in ran}
+        average = sum(gain[t] for t in confirm) / len(confirm) if confirm and set(confirm) <= set(ran) else None
+        keep = "-" if average is None else "keep" if average < 0 and max(gain[t] for t in confirm) <= 1 else "drop"
+        same = {t for t in ran if all(s[ablation].get("same_as_default") for s in runs(t, ablation))}
         cells = ["-" if t not in ran else f"{gain[t]:+.1f}" + " (same)" * (t in same) for t in titles]
-        rows.append([ablation, *cells, "-" if mean is None else f"{mean:+.1f}", keep])
-    headers = ["accuracy points against the default", *(f"{t} ({stored[t]['role']})" for t in titles), "confirm mean", "auto kept?"]
-    return ("Each row fixes one `auto` of the default, on the realistic protocol, one seed; a negative figure is what "
-            "the auto adds. Kept: it helps on the confirm mean and never costs more than 1 point on a confirm "
-            "setting. (same): `kamal amalgamate --dry-run` found the same target and training as the default's, so "
-            "the default's student stands for it.\n\n" + markdown(headers, rows))
+        rows.append([ablation, *cells, "-" if average is None else f"{average:+.1f}", keep])
+    headers = ["accuracy points against the default", *(f"{t} ({stored[t]['role']}; seeds {','.join(stored[t]['seeds'])})"
+                                                         for t in titles), "confirm mean", "auto kept?"]
+    return ("Each row fixes one `auto` of the default, on the realistic protocol, the mean over the seeds named; a "
+            "negative figure is what the auto adds. Kept: it helps on the confirm mean and never costs more than 1 "
+            "point on a confirm setting. (same): `kamal amalgamate --dry-run` found the same target and training as "
+            "the default's, so the default's student stands for it.\n\n" + markdown(headers, rows))
 
 
 # issue 65: what a few gold labels add, given as a user gives them: an eval set (probe measures the selection scores on

@@ -223,12 +223,17 @@ def test_the_ablation_keeps_an_auto_only_where_it_helps_on_the_confirm_mean_and_
         sys.path.remove(str(ROOT / "benchmarks"))
     tune, first, second = [t for t in SETTINGS if t.startswith(("sentiment", "genre", "intent"))]
     figures = lambda accuracy: {"accuracy": accuracy, "macro_f1": accuracy}  # noqa: E731
-    stored = {title: {"role": "tune" if title == tune else "confirm", "default": figures(0.70),
-                      **{a: figures(0.70) for a in ABLATIONS}} for title in (tune, first, second)}
-    stored[first]["prior=none"], stored[second]["prior=none"] = figures(0.60), figures(0.66)  # the auto helps twice
-    stored[first]["smooth=0"], stored[second]["smooth=0"] = figures(0.60), figures(0.715)  # helps on the mean, costs 1.5
-    stored[tune]["commit=1"] = figures(0.50)  # helps only where rules were chosen: no evidence
+    one = lambda: {"default": figures(0.70), **{a: figures(0.70) for a in ABLATIONS}}  # noqa: E731
+    stored = {title: {"role": "tune" if title == tune else "confirm", "seeds": {"1": one()}} for title in (tune, first, second)}
+    seed = lambda title: stored[title]["seeds"]["1"]  # noqa: E731
+    seed(first)["prior=none"], seed(second)["prior=none"] = figures(0.60), figures(0.66)  # the auto helps twice
+    seed(first)["smooth=0"], seed(second)["smooth=0"] = figures(0.60), figures(0.715)  # helps on the mean, costs 1.5
+    seed(tune)["commit=1"] = figures(0.50)  # helps only where rules were chosen: no evidence
     rows = {line.split(" | ")[0].strip("| "): line for line in ablation_table(stored).splitlines()}
     assert rows["prior=none"].endswith("| -10.0 | -4.0 | -7.0 | keep |")
     assert rows["smooth=0"].endswith("| -10.0 | +1.5 | -4.2 | drop |")
     assert rows["commit=1"].endswith("| -20.0 | +0.0 | +0.0 | +0.0 | drop |")
+    stored[second]["seeds"]["2"] = {**one(), "smooth=0": figures(0.665)}  # a second seed: each setting's mean over seeds
+    rows = {line.split(" | ")[0].strip("| "): line for line in ablation_table(stored).splitlines()}
+    assert rows["smooth=0"].endswith("| -10.0 | -1.0 | -5.5 | keep |")
+    assert "seeds 1,2" in ablation_table(stored).splitlines()[2]
