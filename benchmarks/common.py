@@ -67,8 +67,7 @@ PROFILES = {
                      teacher_epochs=2, student_epochs=1, lr=3e-4),
     # Every row; hours on a 2-core CPU, minutes on a GPU.
     "full": Profile("full", "minilm-l6", transfer_rows=None, test_rows=None, mc_samples=16, max_length=64,
-                    teacher_epochs=1, student_epochs=1, lr=1e-4),
-}
+                    teacher_epochs=1, student_epochs=1, lr=1e-4)}
 
 
 def load_split(data_dir: Path, split: str) -> list[dict]:

