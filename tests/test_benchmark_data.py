@@ -237,3 +237,21 @@ def test_the_ablation_keeps_an_auto_only_where_it_helps_on_the_confirm_mean_and_
     rows = {line.split(" | ")[0].strip("| "): line for line in ablation_table(stored).splitlines()}
     assert rows["smooth=0"].endswith("| -10.0 | -1.0 | -5.5 | keep |")
     assert "seeds 1,2" in ablation_table(stored).splitlines()[2]
+
+
+def test_the_gold_table_reads_each_cell_as_the_mean_over_the_seeds_that_have_it():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from default_student import SETTINGS, gold_table
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    title = next(t for t in SETTINGS if t.startswith("intent"))
+    cell = lambda accuracy: {"accuracy": accuracy, "macro_f1": accuracy / 2}  # noqa: E731
+    first = {"no labels": cell(0.80), "rows": {"random-100": {"kamal": cell(0.90), "rmd_fit": cell(0.70)}}}
+    second = {"no labels": cell(0.84), "rows": {"random-100": {"kamal": cell(0.94), "rmd_fit": None}}}
+    rows = gold_table({title: {"role": "confirm", "seeds": {"1": first, "2": second}}}).splitlines()
+    assert "(confirm; seeds 1,2)" in rows[2]
+    assert rows[4] == "| kamal's default, no labels | 82.0 / 41.0 |"
+    assert rows[5].endswith("| 92.0 / 46.0 |")  # both draws
+    assert rows[6].endswith("| 70.0 / 35.0 |")  # the one seed that has it
+    assert rows[7].endswith("| - |")            # no seed has the peer
