@@ -262,6 +262,12 @@ def markdown(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def stored_settings(bench: Bench) -> dict:
+    """The per-setting figures an earlier run of this suite stored: a run of some settings keeps the others'."""
+    path = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
+    return json.loads(path.read_text()).get("settings", {}) if path.is_file() else {}
+
+
 def write_results(bench: Bench, payload: dict, table: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = f"{bench.scenario}-{bench.profile.name}"

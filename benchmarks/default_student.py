@@ -20,11 +20,13 @@ import numpy as np
 import corpora
 import cross_lingual
 from common import AT_DEFAULTS, DEFAULT_DATA, DOMAIN_PROMPT, HALF_A, HALF_B, PROFILES, RESULTS, WORK, Bench, Workspace, \
-    load_split, markdown, pct, sample, summarize, write_results, write_rows
+    load_split, markdown, pct, sample, stored_settings, summarize, write_results, write_rows
 
 # (label, method, options, other amalgamate arguments)
 ROWS = [
-    ("vanilla-kd", "vanilla-kd", (), ()), ("uhc", "uhc", (), ()), ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",), ()),
+    ("vanilla-kd", "vanilla-kd", (), ()),
+    ("uhc", "uhc", (), ()),
+    ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",), ()),
     ("kamal's default (muki-hard, no options)", "muki-hard", (), ()),
     ("kamal's default, --init merge", "muki-hard", (), ("--init", "merge")),
 ]
@@ -57,6 +59,7 @@ class Setting:
     role: str = "tune"                                       # tune: rules were chosen on it; confirm: never looked at
     head_reference: Callable[[Bench, int], dict] | None = None  # seed -> a head on frozen vectors of the pool's gold
     methods: tuple[str, ...] = tuple(r[0] for r in ROWS)     # the ROWS it trains (their labels)
+    reference: Callable[[Bench], Workspace] = lambda bench: bench.workspace("supervised")  # supervised references' home
 
 
 def topics(source_key: str, key: str, teachers: dict) -> Setting:
@@ -97,7 +100,7 @@ def corpus_setting(corpus: str, teachers: dict, role: str) -> Setting:
                    lambda bench: {"test": part(bench, "test")},
                    lambda bench, protocol, seed: {"test": supervised(bench, protocol, seed, ws=reference_workspace(
                        bench), rows=part(bench, "pool" if protocol == "realistic" else "teachers"))},
-                   prompt=None, role=role, methods=tuple(r[0] for r in ROWS if "--init" not in r[3]),
+                   prompt=None, role=role, methods=tuple(r[0] for r in ROWS if "--init" not in r[3]), reference=reference_workspace,
                    head_reference=lambda bench, seed: supervised(bench, "realistic", seed, head=True, ws=reference_workspace(
                        bench), rows=part(bench, "pool")))
 
@@ -525,8 +528,7 @@ ABLATIONS = ["score=mc-dropout", "refit=none", "pick_smooth=0", "reweight=false"
 
 def default_ablation(bench: Bench) -> None:
     """The default and its seven ablations on each setting `--settings` names; stored settings keep their figures."""
-    results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
-    stored = json.loads(results.read_text()).get("settings", {}) if results.is_file() else {}
+    stored = stored_settings(bench)
     _, method, options, extra = DEFAULT_ROW
     for title, setting in SETTINGS.items():
         if not bench.runs(title):
@@ -593,8 +595,7 @@ GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)",
 
 def gold_labels(bench: Bench) -> None:
     """kamal's default with GOLD_ROWS gold rows of the pool chosen each way, the peers on them, and no labels."""
-    results = RESULTS / f"{bench.scenario}-{bench.profile.name}.json"
-    stored = json.loads(results.read_text()).get("settings", {}) if results.is_file() else {}
+    stored = stored_settings(bench)
     for title, setting in SETTINGS.items():
         if not bench.runs(title) or setting.head_reference is None or setting.key.startswith("protocols-cross"):
             continue

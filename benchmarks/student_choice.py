@@ -6,13 +6,10 @@ others' figures. python benchmarks/run.py student-choice [--settings genre] [--c
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import default_student as ds
-from common import RESULTS, markdown, pct, summarize, write_results
-
-STORED = RESULTS / "student-choice-quick.json"
+from common import markdown, pct, stored_settings, summarize, write_results
 
 L6, BUDGET = ("--max-length", "128"), ("--steps", "600", "--lr", "1e-4", "--batch-size", "32", "--seed")
 # (key, what the table calls it, amalgamate arguments beyond kamal's default budget); settings as data
@@ -48,13 +45,8 @@ def _student(bench, setting, ws, key: str, arguments: tuple[str, ...]) -> tuple[
 
 
 def _reference(bench, setting, key: str, arguments: tuple[str, ...]) -> tuple[dict, float | None]:
-    """A supervised reference on the pool's gold labels (train-teacher in a supervised workspace of the pool's)."""
-    rows = setting.rows(bench, "realistic")
-    if rows == ds.pool_rows(bench):  # debian-topics
-        ws = bench.workspace("supervised")
-    else:  # a package corpus: default-student's reference workspace, its test rows
-        ws = bench.init(ds.WORK / f"{bench.profile.name}-{setting.key.removeprefix('protocols-')}-supervised")
-        ds._write(ws, "test", setting.tests(bench)["test"], True, "test")
+    """A supervised reference on the pool's gold labels (train-teacher in the setting's reference workspace)."""
+    rows, ws = setting.rows(bench, "realistic"), setting.reference(bench)
     ds._write(ws, "pool-gold", rows, True, "eval")
     name, seconds, labels = f"{key}-pool-s{bench.seeds[0]}", None, ",".join(sorted({r["label"] for r in rows}))
     if not ws.has_teacher(name):
@@ -76,10 +68,10 @@ def run(settings: list[str], seed: int, choices: list[str] | None) -> None:
     ds.labelled_afterwards(bench, setting, ws)
     records, figures = {s["name"]: s for s in ws.json("students")}, {}
     for key, label, _ in wanted:
-        (name, seconds), metrics = trained[key], ws.json("eval", trained[key][0], "--data", "test")
+        name, seconds = trained[key]
+        metrics, train = ws.json("eval", name, "--data", "test"), records[name]["train"]
         figures[key] = {"label": label, "accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
-                        "train_seconds": records[name]["train"]["seconds"], "command_seconds": seconds,
-                        "steps": records[name]["train"]["steps"]}
+                        "train_seconds": train["seconds"], "command_seconds": seconds, "steps": train["steps"]}
     for key, label, arguments in [r for r in REFERENCES if choices is None or r[0] in choices]:
         metrics, seconds = _reference(bench, setting, key, arguments)
         figures[key] = {"label": label, "accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
@@ -87,7 +79,7 @@ def run(settings: list[str], seed: int, choices: list[str] | None) -> None:
     for key, label in (("ensemble", "teachers' ensemble"), ("zero-shot", "zero-shot: nearest label name in minilm-l6, no teacher")):
         found = ws.json("eval", "--baseline", key, "--data", "test")
         figures[key] = {"label": label, **{k: found[k] for k in ("accuracy", "macro_f1")}}
-    stored = json.loads(STORED.read_text())["settings"] if STORED.is_file() else {}  # a run keeps other settings'
+    stored = stored_settings(bench)
     title = next(t for t in ds.SETTINGS if bench.runs(t))
     stored[title] = {"seed": seed, "figures": {**stored.get(title, {}).get("figures", {}), **figures}}
     write_results(bench, {"settings": stored}, "\n\n".join(_table(t, stored[t]) for t in ds.SETTINGS if t in stored))
