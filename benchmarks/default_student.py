@@ -584,9 +584,11 @@ def ablation_table(stored: dict) -> str:
 
 # issue 65: what a few gold labels add, given as a user gives them: an eval set (probe measures the selection scores on
 # real rows, the recipe reads them) and `amalgamate --gold` (their loss; their rows join the prior); the peers on them
-GOLD_ROWS = (100,)                # labelled rows per student
+GOLD_ROWS = (100,)                # labelled rows per student: every choice
 GOLD_CHOICES = ("random", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
 KAMAL_CHOICES = ("random", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others keep their stored figure
+X
+GOLD_KEYS = [(n, c) for n in GOLD_ROWS for c in GOLD_CHOICES] + [(n, c) for n in CURVE_ROWS for c in KAMAL_CHOICES]
 GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... with `--rmd-fit` too: "
                    "the prior from the gold rows alone (the guide's way before)", "rmd_fit"), ("the peer on the same "
                    "rows: `train-teacher --fit head` on frozen minilm-l6 (first-token states)", "peer"), ("the peer on "
@@ -607,14 +609,15 @@ def gold_labels(bench: Bench) -> None:
         seed = str(bench.seeds[0])
         figures, before = {"rows": {}}, stored.get(title, {}).get("seeds", {}).get(seed, {}).get("rows", {})
         figures["no labels"] = _test_cells(ws, unlabelled)
-        for n, choice in ((n, c) for n in GOLD_ROWS for c in GOLD_CHOICES):
+        stored.setdefault(title, {"role": setting.role, "seeds": {}})["seeds"][seed] = figures
+        for n, choice in GOLD_KEYS:
             key, rows = f"{choice}-{n}", _gold_rows(bench, ws, pool, n, choice, unlabelled)
             kamal = _gold_student(bench, setting, ws, key, rows) if choice in KAMAL_CHOICES else None  # rmd_fit: stored
             figures["rows"][key] = {"kamal": _test_cells(ws, kamal) if kamal else before.get(key, {}).get("kamal"),
-                                    "rmd_fit": before.get(key, {}).get("rmd_fit"), "peer": _peer(bench, setting, key, rows),
+                                    "rmd_fit": before.get(key, {}).get("rmd_fit"),
+                                    "peer": _peer(bench, setting, key, rows) if n in GOLD_ROWS else None,
                                     "logistic": logistic_peer(rows, tests), "classes": len({r["label"] for r in rows})}
-        stored.setdefault(title, {"role": setting.role, "seeds": {}})["seeds"][seed] = figures
-    write_results(bench, {"settings": stored}, gold_table(stored))
+            write_results(bench, {"settings": stored}, gold_table(stored))  # a run cut short keeps what it measured
 
 
 def _test_cells(ws: Workspace, student: str) -> dict:
@@ -713,7 +716,27 @@ def gold_table(stored: dict) -> str:
             "measures the selection scores on them) and `--gold` (their loss; the prior's prototypes read them beside "
             "the generated text, or alone where it fails the check); realistic protocol; a seed is a draw of the "
             "random rows and the students' seed (the queue's rows are chosen once), a cell the mean over the seeds "
-            "that have it.\n\n" + markdown(headers, rows))
+            "that have it.\n\n" + markdown(headers, rows) + "\n\n" + gold_curve(stored))
+
+
+CHOSEN = {"random": "random", "queue": "the queue's"}
+
+
+def gold_curve(stored: dict) -> str:
+    """Accuracy against the number of gold rows, random or the queue's, for kamal and the logistic peer."""
+    sizes = sorted({*GOLD_ROWS, *CURVE_ROWS})
+    mean = lambda ms: f"{100 * np.mean([m['accuracy'] for m in ms]):.1f}" if ms else "-"  # noqa: E731
+    rows = []
+    for title in (t for t in SETTINGS if t in stored):
+        seeds = stored[title]["seeds"].values()
+        for who, part, choice in [(w, p, c) for w, p in (("kamal", "kamal"), ("logistic peer", "logistic"))
+                                  for c in KAMAL_CHOICES]:
+            got = lambda n: [s["rows"][f"{choice}-{n}"][part] for s in seeds if s["rows"].get(f"{choice}-{n}", {}).get(part)]  # noqa: E731
+            zero = mean([s["no labels"] for s in seeds]) if part == "kamal" else "-"
+            rows.append([f"{title.split(':')[0]}: {who}, {CHOSEN[choice]} rows", zero,
+                         *(mean(got(n)) for n in sizes)])
+    return ("The labels curve: accuracy % on the test rows against the number of gold rows (the mean over the "
+            "seeds that have it; 0: kamal's default without labels).\n\n" + markdown(["gold rows", "0", *map(str, sizes)], rows))
 
 
 SCENARIOS = {"default-student": default_student, "default-ablation": default_ablation, "gold-labels": gold_labels}
