@@ -587,7 +587,7 @@ def ablation_table(stored: dict) -> str:
 GOLD_ROWS = (100,)                # labelled rows per student: every choice
 GOLD_CHOICES = ("random", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
 KAMAL_CHOICES = ("random", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others keep their stored figure
-X
+CURVE_ROWS = (25, 200, 50)        # the labels curve (kamal, the logistic peer) on KAMAL_CHOICES' rows; its ends first
 GOLD_KEYS = [(n, c) for n in GOLD_ROWS for c in GOLD_CHOICES] + [(n, c) for n in CURVE_ROWS for c in KAMAL_CHOICES]
 GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... with `--rmd-fit` too: "
                    "the prior from the gold rows alone (the guide's way before)", "rmd_fit"), ("the peer on the same "
