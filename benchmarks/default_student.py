@@ -587,12 +587,11 @@ def ablation_table(stored: dict) -> str:
 GOLD_ROWS = (100,)                # labelled rows per student: every choice
 GOLD_CHOICES = ("random", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
 KAMAL_CHOICES = ("random", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others keep their stored figure
-CURVE_ROWS = (25, 200, 50)        # the labels curve (kamal, the logistic peer) on KAMAL_CHOICES' rows; its ends first
+CURVE_ROWS = (25, 200)           # the labels curve (kamal, the logistic peer) on KAMAL_CHOICES' rows
 GOLD_KEYS = [(n, c) for n in GOLD_ROWS for c in GOLD_CHOICES] + [(n, c) for n in CURVE_ROWS for c in KAMAL_CHOICES]
 GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... with `--rmd-fit` too: "
                    "the prior from the gold rows alone (the guide's way before)", "rmd_fit"), ("the peer on the same "
-                   "rows: `train-teacher --fit head` on frozen minilm-l6 (first-token states)", "peer"), ("the peer on "
-                   "the same rows: logistic regression to convergence on minilm-l6 mean vectors", "logistic")]
+                   "rows: logistic regression to convergence on minilm-l6 mean vectors", "logistic")]
 
 
 def gold_labels(bench: Bench) -> None:
@@ -615,7 +614,6 @@ def gold_labels(bench: Bench) -> None:
             kamal = _gold_student(bench, setting, ws, key, rows) if choice in KAMAL_CHOICES else None  # rmd_fit: stored
             figures["rows"][key] = {"kamal": _test_cells(ws, kamal) if kamal else before.get(key, {}).get("kamal"),
                                     "rmd_fit": before.get(key, {}).get("rmd_fit"),
-                                    "peer": _peer(bench, setting, key, rows) if n in GOLD_ROWS else None,
                                     "logistic": logistic_peer(rows, tests), "classes": len({r["label"] for r in rows})}
             write_results(bench, {"settings": stored}, gold_table(stored))  # a run cut short keeps what it measured
 
@@ -653,21 +651,6 @@ def _gold_student(bench: Bench, setting: Setting, ws: Workspace, key: str, rows:
                             extra=(*extra, *setting.student, "--gold", gold))
         ws("remove-data", gold, quiet=True)
     return name
-
-
-def _peer(bench: Bench, setting: Setting, key: str, rows: list[dict]) -> dict:
-    """The logistic head on frozen minilm-l6 vectors of the same rows (what a user makes from them alone)."""
-    ws = bench.init(WORK / f"{bench.profile.name}-{setting.key}-gold-peers")
-    _write(ws, "test", setting.tests(bench)["test"], True, "test")
-    _write(ws, f"gold-{key}", rows, True, "eval")
-    name = f"peer-{key}-s{bench.seeds[0]}"
-    if not ws.has_teacher(name):
-        train = bench.profile.train_args(None, bench.seeds[0])
-        at = train.index("--max-length")
-        ws("train-teacher", f"gold-{key}", "--labels", ",".join(sorted({r["label"] for r in rows})), "--name", name,
-           *HEAD_REFERENCE, *train[:at], *train[at + 2:], quiet=True)
-    metrics = ws.json("eval", "--baseline", f"teacher:{name}", "--data", "test")
-    return {k: metrics[k] for k in ("accuracy", "macro_f1")}
 
 
 def logistic_peer(rows: list[dict], tests: list[dict], c: float = 10.0) -> dict:
@@ -719,22 +702,16 @@ def gold_table(stored: dict) -> str:
             "that have it.\n\n" + markdown(headers, rows) + "\n\n" + gold_curve(stored))
 
 
-CHOSEN = {"random": "random", "queue": "the queue's"}
-
-
 def gold_curve(stored: dict) -> str:
     """Accuracy against the number of gold rows, random or the queue's, for kamal and the logistic peer."""
-    sizes = sorted({*GOLD_ROWS, *CURVE_ROWS})
+    sizes, rows = sorted({*GOLD_ROWS, *CURVE_ROWS}), []
     mean = lambda ms: f"{100 * np.mean([m['accuracy'] for m in ms]):.1f}" if ms else "-"  # noqa: E731
-    rows = []
     for title in (t for t in SETTINGS if t in stored):
         seeds = stored[title]["seeds"].values()
-        for who, part, choice in [(w, p, c) for w, p in (("kamal", "kamal"), ("logistic peer", "logistic"))
-                                  for c in KAMAL_CHOICES]:
+        for who, part, choice in [(w, p, c) for w, p in (("kamal", "kamal"), ("logistic peer", "logistic")) for c in KAMAL_CHOICES]:
             got = lambda n: [s["rows"][f"{choice}-{n}"][part] for s in seeds if s["rows"].get(f"{choice}-{n}", {}).get(part)]  # noqa: E731
-            zero = mean([s["no labels"] for s in seeds]) if part == "kamal" else "-"
-            rows.append([f"{title.split(':')[0]}: {who}, {CHOSEN[choice]} rows", zero,
-                         *(mean(got(n)) for n in sizes)])
+            rows.append([f"{title.split(':')[0]}: {who}, {'queued' if choice == 'queue' else choice} rows",
+                         mean([s["no labels"] for s in seeds]) if part == "kamal" else "-", *(mean(got(n)) for n in sizes)])
     return ("The labels curve: accuracy % on the test rows against the number of gold rows (the mean over the "
             "seeds that have it; 0: kamal's default without labels).\n\n" + markdown(["gold rows", "0", *map(str, sizes)], rows))
 
