@@ -122,6 +122,9 @@ class Workspace:
         return any(s["name"] == name for s in self.json("students"))
 
 
+FINGERPRINTS = "bench-fingerprints.json"  # in a workspace: `amalgamate --dry-run` fingerprint -> the student trained so
+
+
 @dataclass
 class Bench:
     scenario: str
@@ -186,18 +189,21 @@ class Bench:
     def train_student(self, ws: Workspace, name: str, method: str, teachers: list[str], seed: int,
                       options: tuple[str, ...] = (), base: str | None = None, data: str = "transfer",
                       extra: tuple[str, ...] = (), default_budget: bool = False) -> str:
-        """`kamal amalgamate` (unless done), nothing evaluated: returns the student's name."""
-        full = f"{name}-s{seed}"
-        if not ws.has_student(full):
-            self.say(f"amalgamate {full}")
-            ws(*self._amalgamate(full, method, teachers, seed, options, base, data, extra, default_budget))
+        """`kamal amalgamate` (unless done), nothing evaluated: returns the student's name, or that of a student the
+        workspace trained with the same `--dry-run` fingerprint (FINGERPRINTS): a rule that moves no target retrains nothing."""
+        full, where = f"{name}-s{seed}", dict(base=base, data=data, extra=extra, default_budget=default_budget)
+        if ws.has_student(full):
+            return full
+        print_ = ws.json(*self._amalgamate("dry-run", method, teachers, seed, options, **where), "--dry-run")["fingerprint"]
+        known = json.loads((ws.root / FINGERPRINTS).read_text()) if (ws.root / FINGERPRINTS).is_file() else {}
+        if print_ in known and ws.has_student(known[print_]):
+            self.say(f"{full}: the same target and training as {known[print_]} (kamal amalgamate --dry-run)")
+            return known[print_]
+        self.say(f"amalgamate {full}")
+        ws(*self._amalgamate(full, method, teachers, seed, options, **where))
+        if print_:  # None: a method whose training no fingerprint covers (its teachers run inside the loop)
+            (ws.root / FINGERPRINTS).write_text(json.dumps({**known, print_: full}, indent=1))
         return full
-
-    def fingerprint(self, ws: Workspace, method: str, teachers: list[str], seed: int, options: tuple[str, ...] = (),
-                    **where) -> str | None:
-        """`kamal amalgamate --dry-run`'s fingerprint of what train_student with these arguments (base, data, extra,
-        default_budget) would train: equal fingerprints train the same student."""
-        return ws.json(*self._amalgamate("dry-run", method, teachers, seed, options, **where), "--dry-run")["fingerprint"]
 
     def _amalgamate(self, name, method, teachers, seed, options, base=None, data="transfer", extra=(), default_budget=False):
         return ("amalgamate", "--method", method, "--name", name, "--student", base or self.profile.base,

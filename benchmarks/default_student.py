@@ -33,7 +33,7 @@ ROWS = [
 DEFAULT_ROW = ROWS[3]
 DEFAULT = DEFAULT_ROW[0]
 # In the names of kamal's default rows: their target, smooth=auto (earlier students, without it, are not reused)
-DEFAULT_TARGET = "sm10"  # smooth=auto, 10 neighbours (a short tag: names are at most 64 characters)
+DEFAULT_TARGET = "sm10c"  # smooth=auto, 10 neighbours; c: commit=auto beside a prior (2026-11-30); names: 64 characters
 MERGES = ("task-arithmetic", "ties", "average")
 GENERATED = "synth"
 GENERATED_PER_CLASS = 20
@@ -539,21 +539,13 @@ def default_ablation(bench: Bench) -> None:
         ws = student_workspace(bench, setting)
         withdraw_labelled(bench, setting, ws)
         generated_and_probed(bench, setting, ws)
-        names = {None: train_default(bench, setting, ws)}
-        teachers, seed, same, default_print = list(setting.teachers), bench.seeds[0], set(), None  # same: not trained
+        names, teachers, seed = {None: train_default(bench, setting, ws)}, list(setting.teachers), bench.seeds[0]
         arguments = dict(base=setting.base, data=PROTOCOLS["realistic"][0], extra=(*extra, *setting.student),
                          default_budget=True)
-        for ablation in ABLATIONS:
-            name = "ablate-" + re.sub(r"[^A-Za-z0-9]+", "-", ablation)
-            if not ws.has_student(f"{name}-s{seed}"):
-                if default_print is None:  # "": the method's training has no fingerprint
-                    default_print = bench.fingerprint(ws, method, teachers, seed, options, **arguments) or ""
-                if default_print and bench.fingerprint(
-                        ws, method, teachers, seed, (*options, ablation), **arguments) == default_print:
-                    bench.say(f"{ablation}: the same target and training as the default's (kamal amalgamate --dry-run)")
-                    names[ablation], same = names[None], same | {ablation}
-                    continue
-            names[ablation] = bench.train_student(ws, name, method, teachers, seed, (*options, ablation), **arguments)
+        for ablation in ABLATIONS:  # one whose target and training are the default's is the default's student
+            names[ablation] = bench.train_student(ws, "ablate-" + re.sub(r"[^A-Za-z0-9]+", "-", ablation), method, teachers,
+                                                  seed, (*options, ablation), **arguments)
+        same = {ablation for ablation in ABLATIONS if names[ablation] == names[None]}
         labelled_afterwards(bench, setting, ws)
         stored.setdefault(title, {"role": setting.role, "seeds": {}})["seeds"][str(seed)] = {
             key or "default": {**{k: ws.json("eval", name, "--data", "test")[k] for k in ("accuracy", "macro_f1")},
@@ -641,18 +633,18 @@ def _gold_rows(bench: Bench, ws: Workspace, pool: dict, n: int, choice: str, stu
 def _gold_student(bench: Bench, setting: Setting, ws: Workspace, key: str, rows: list[dict]) -> str:
     """The default trained with the gold rows as a user gives them; the set withdrawn afterwards (an eval set would
     steer every later student's recipe)."""
-    name, gold = f"gold-{key}-pooled-s{bench.seeds[0]}", f"gold-{key}"
-    if not ws.has_student(name):
-        for other in [d["name"] for d in ws.json("data") if d["name"].startswith("gold-")]:
-            ws("remove-data", other, quiet=True)  # an earlier run's, cut short
-        _write(ws, gold, rows, True, "eval")
-        bench.say(f"kamal probe; amalgamate {name} --gold {gold}")
-        ws("probe", quiet=True)
-        _, method, options, extra = DEFAULT_ROW
-        bench.train_student(ws, f"gold-{key}-pooled", method, list(setting.teachers), bench.seeds[0], options,
-                            base=setting.base, data=PROTOCOLS["realistic"][0], default_budget=True,
-                            extra=(*extra, *setting.student, "--gold", gold))
-        ws("remove-data", gold, quiet=True)
+    name, gold = f"gold-{key}-{DEFAULT_TARGET}", f"gold-{key}"
+    if ws.has_student(f"{name}-s{bench.seeds[0]}"):
+        return f"{name}-s{bench.seeds[0]}"
+    for other in [d["name"] for d in ws.json("data") if d["name"].startswith("gold-")]:
+        ws("remove-data", other, quiet=True)  # an earlier run's, cut short
+    _write(ws, gold, rows, True, "eval")
+    bench.say(f"kamal probe; amalgamate {name} --gold {gold}")
+    ws("probe", quiet=True)
+    _, method, options, extra = DEFAULT_ROW
+    name = bench.train_student(ws, name, method, list(setting.teachers), bench.seeds[0], options, base=setting.base,
+                               data=PROTOCOLS["realistic"][0], default_budget=True, extra=(*extra, *setting.student, "--gold", gold))
+    ws("remove-data", gold, quiet=True)
     return name
 
 

@@ -260,3 +260,31 @@ def test_the_gold_table_reads_each_cell_as_the_mean_over_the_seeds_that_have_it(
     assert curve["intent: kamal, random rows"].endswith("| 82.0 | 85.0 | 92.0 | - |")  # 0: no labels; 25: one seed
     assert curve["intent: logistic peer, random rows"].endswith("| - | 50.0 | - | - |")
     assert curve["intent: kamal, queued rows"].endswith("| 82.0 | - | - | - |")
+
+
+def test_a_student_trained_with_the_same_fingerprint_stands_for_a_new_name(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from common import DEFAULT_DATA, FINGERPRINTS, PROFILES, Bench
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    class FakeWorkspace:  # `amalgamate --dry-run`'s fingerprint: the options asked for
+        root, students, trained = tmp_path, set(), []
+
+        def has_student(self, name):
+            return name in self.students
+
+        def json(self, *args):
+            return {"fingerprint": "+".join(a for a in args if "=" in a)}
+
+        def __call__(self, *args, quiet=False):
+            self.trained.append(args[args.index("--name") + 1])
+            self.students.add(self.trained[-1])
+
+    bench, ws = Bench("test", PROFILES["quick"], DEFAULT_DATA, [1]), FakeWorkspace()
+    assert bench.train_student(ws, "ablate-commit-1", "muki-hard", ["a", "b"], 1, ("commit=1",)) == "ablate-commit-1-s1"
+    assert bench.train_student(ws, "default-new-rule", "muki-hard", ["a", "b"], 1, ("commit=1",)) == "ablate-commit-1-s1"
+    assert bench.train_student(ws, "ablate-commit-0", "muki-hard", ["a", "b"], 1, ("commit=0",)) == "ablate-commit-0-s1"
+    assert ws.trained == ["ablate-commit-1-s1", "ablate-commit-0-s1"]  # the second request trained nothing
+    assert json.loads((tmp_path / FINGERPRINTS).read_text()) == {"commit=1": "ablate-commit-1-s1", "commit=0": "ablate-commit-0-s1"}
