@@ -235,6 +235,8 @@ def supervised(bench: Bench, protocol: str, seed: int, default_budget: bool = Tr
     _write(ws, data, rows, True, "eval")
     name = f"supervised-{'head-' if head else ''}{'pool' if protocol == 'realistic' else 'teacher-rows'}-s{seed}"
     name += f"-{AT_DEFAULTS}" if default_budget else ""
+    if head and ws.has_teacher(f"sup-head-pool-s{seed}"):  # student-choice's: the same rows, base and settings
+        name = f"sup-head-pool-s{seed}"
     if not ws.has_teacher(name):
         bench.say(f"supervised {'head ' if head else ''}on the {data} labels, seed {seed}")
         labels = sorted({r["label"] for r in rows})
