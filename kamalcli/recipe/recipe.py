@@ -206,7 +206,7 @@ def decide(evidence, options) -> Recipe:
     if prior is not None:
         decisions.append(prior)
     if "commit" in wanted:
-        decisions.append(_commit(evidence, score))
+        decisions.append(commitment_on(evidence.figures_for(score), score))  # with a prior or without
     if "refit" in wanted:
         decisions.append(_refit(evidence, score))
     if "smooth" in wanted:
@@ -407,11 +407,6 @@ def _prior_decision(data: str | None, reason: str, short: str, check: dict | Non
 
 
 # -- commit --------------------------------------------------------------------------------------------------
-
-def _commit(evidence, score: str) -> Decision:
-    """muki-hard commit=auto: by the score's measured skill, with a prior or without."""
-    return commitment_on(evidence.figures_for(score), score)
-
 
 def commitment_on(figures, score: str) -> Decision:
     """commitment() from the figure `score` is judged by and, on the same rows, energy's: the pick vanilla-kd's
