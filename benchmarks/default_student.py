@@ -33,7 +33,7 @@ ROWS = [
 DEFAULT_ROW = ROWS[3]
 DEFAULT = DEFAULT_ROW[0]
 # In the names of kamal's default rows: their target, smooth=auto (earlier students, without it, are not reused)
-DEFAULT_TARGET = "sm10c"  # smooth=auto, 10 neighbours; c: commit=auto beside a prior (2026-11-30); names: 64 characters
+DEFAULT_TARGET = "sm10"  # smooth=auto, 10 neighbours (a short tag: names are at most 64 characters)
 MERGES = ("task-arithmetic", "ties", "average")
 GENERATED = "synth"
 GENERATED_PER_CLASS = 20
@@ -635,7 +635,7 @@ def _gold_rows(bench: Bench, ws: Workspace, pool: dict, n: int, choice: str, stu
 def _gold_student(bench: Bench, setting: Setting, ws: Workspace, key: str, rows: list[dict]) -> str:
     """The default trained with the gold rows as a user gives them; the set withdrawn afterwards (an eval set would
     steer every later student's recipe)."""
-    name, gold = f"gold-{key}-{DEFAULT_TARGET}", f"gold-{key}"
+    name, gold = f"gold-{key}-pooled", f"gold-{key}"  # pooled: the prior reads the gold rows beside the generated text
     if ws.has_student(f"{name}-s{bench.seeds[0]}"):
         return f"{name}-s{bench.seeds[0]}"
     for other in [d["name"] for d in ws.json("data") if d["name"].startswith("gold-")]:

@@ -105,16 +105,16 @@ def test_rows_a_selector_gives_a_teacher_by_mistake_do_not_pass_the_check_for_it
 
 def test_the_prior_follows_the_check_teacher_by_teacher():
     from kamalcli.probe.prior_check import Agreement, PriorCheck
-    from kamalcli.recipe.recipe import decide_prior
+    from kamalcli.recipe.recipe import carries_selection, decide_prior
 
     plan = SimpleNamespace(dataset=SimpleNamespace(name="synth", label_counts={"x": 2, "y": 2, "z": 2}))
     read = Agreement("a", 100, 90, 0.5)       # clearly above chance agreement
     unread = Agreement("b", 100, 52, 0.5)     # at chance
     everywhere = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [read, read]))
-    assert everywhere.value == "synth" and everywhere.evidence["teachers"] is None  # over every label
+    assert everywhere.value == "synth" and everywhere.evidence["teachers"] is None and carries_selection(everywhere)
     within = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [read, unread]))
     assert within.evidence["data"] == "synth" and within.evidence["teachers"] == ["a"]
-    assert within.value == "synth within a"
+    assert within.value == "synth within a" and not carries_selection(within)
     assert within.line.startswith("prior=auto: within the labels of a only, the target's classes are multiplied")
     assert "b: 52.0% of 100 rows" in within.line and within.as_json()["teachers"] == ["a"]
     nowhere = decide_prior(plan, ["x", "y", "z"], check=PriorCheck("pool", "rmd", [unread, unread]))

@@ -43,7 +43,7 @@ def test_the_default_student_leaves_every_decision_to_the_recipe_and_paper_true_
         "pick_smooth", "smooth", "reweight"}
 
 
-def test_a_prior_the_check_reads_multiplies_the_target_commit_decides_and_smooths_a_large_pool(monkeypatch):
+def test_a_prior_the_check_reads_carries_the_selection_and_smooths_a_large_pool(monkeypatch):
     from kamalcli.recipe import recipe as module
 
     monkeypatch.setattr(module, "SMOOTH_NEIGHBOURS", 10)  # kamal's default (the tests' conftest turns it off)
@@ -52,19 +52,14 @@ def test_a_prior_the_check_reads_multiplies_the_target_commit_decides_and_smooth
     recipe = decide(evidence(figures, READ), muki_hard())
     assert [d.name for d in recipe.decisions] == [n for n in ORDER if n in {d.name for d in recipe.decisions}]
     assert recipe.value("score") == "rmd+prototype" and recipe.value("fit") == "synth"
-    assert recipe.value("prior") == "synth" and recipe.value("commit") == 1.0  # 95% clearly above energy's 70%
+    assert recipe.value("prior") == "synth" and recipe.value("commit") == 0.0  # the prior carries the selection
     assert recipe.value("smooth") == 10  # 2,000 rows over 10 labels: 20 a label and neighbour
-    assert recipe.value("pick_smooth") == "10 if kappa >= 0.2"  # the target reads the pick
+    assert recipe.value("pick_smooth") == 0  # commit=0: the target reads no pick
     assert recipe.value("refit") is None and recipe.value("reweight") == "per-teacher"
     assert decide(evidence(figures, READ, rows=1999), muki_hard()).value("smooth") == 0
     assert all(len(reason) <= REASON_WIDTH for _, _, reason in recipe.rows())
     assert all(len(line) <= 130 for line in recipe.table())
-    options = recipe.options_for(muki_hard())
-    assert options.score == "rmd+prototype" and options.commit == "auto"  # committing: MUKI's target, guarded
-    unclear = [Figure("rmd+prototype", "synth", True, 200, 0.75, 0.5), Figure("energy", "synth", True, 200, 0.7, 0.5)]
-    recipe = decide(evidence(unclear, READ), muki_hard())  # beside the prior as without it: no clear skill, no commit
-    assert recipe.value("prior") == "synth" and recipe.value("commit") == 0.0 and recipe.value("pick_smooth") == 0
-    assert recipe.options_for(muki_hard()).commit == 0.0
+    assert recipe.options_for(muki_hard()).score == "rmd+prototype" and recipe.options_for(muki_hard()).commit == 0.0
 
 
 def test_where_the_prototypes_do_not_read_a_teacher_its_rmd_is_refitted_and_the_prior_stays_within_the_other():
