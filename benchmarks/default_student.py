@@ -211,12 +211,10 @@ def labelled_afterwards(bench: Bench, setting: Setting, ws: Workspace) -> None:
 
 
 def withdraw_labelled(bench: Bench, setting: Setting, ws: Workspace) -> None:
-    """Before new students train: labelled sets added as eval sets (which auto would judge by) leave."""
-    present = {d["name"] for d in ws.json("data") if d["role"] == "eval"}
-    for name in _labelled(bench, setting):
-        if name in present:
-            bench.say(f"kamal remove-data {name} (labelled: no student may be tuned on it)")
-            ws("remove-data", name, quiet=True)
+    """Before new students train: every eval set (auto would judge by it) leaves, a cut run's gold rows too."""
+    for name in [d["name"] for d in ws.json("data") if d["role"] == "eval"]:
+        bench.say(f"kamal remove-data {name} (labelled: no student may be tuned on it)")
+        ws("remove-data", name, quiet=True)
 
 
 # the supervised reference a user makes in a minute: a logistic head on the default base's frozen sentence vectors
@@ -598,6 +596,7 @@ def gold_labels(bench: Bench) -> None:
         if not bench.runs(title) or setting.head_reference is None or setting.key.startswith("protocols-cross"):
             continue
         ws = student_workspace(bench, setting)
+        withdraw_labelled(bench, setting, ws)
         generated_and_probed(bench, setting, ws)
         unlabelled = train_default(bench, setting, ws)
         labelled_afterwards(bench, setting, ws)  # the test rows, once the label-free default is trained
