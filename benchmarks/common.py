@@ -192,17 +192,20 @@ class Bench:
         """`kamal amalgamate` (unless done), nothing evaluated: returns the student's name, or that of a student the
         workspace trained with the same `--dry-run` fingerprint (FINGERPRINTS): a rule that moves no target retrains nothing."""
         full, where = f"{name}-s{seed}", dict(base=base, data=data, extra=extra, default_budget=default_budget)
-        if ws.has_student(full):
+        path = ws.root / FINGERPRINTS
+        known = json.loads(path.read_text()) if path.is_file() else {}
+        if full in known.values() and ws.has_student(full):
             return full
         print_ = ws.json(*self._amalgamate("dry-run", method, teachers, seed, options, **where), "--dry-run")["fingerprint"]
-        known = json.loads((ws.root / FINGERPRINTS).read_text()) if (ws.root / FINGERPRINTS).is_file() else {}
-        if print_ in known and ws.has_student(known[print_]):
-            self.say(f"{full}: the same target and training as {known[print_]} (kamal amalgamate --dry-run)")
-            return known[print_]
-        self.say(f"amalgamate {full}")
-        ws(*self._amalgamate(full, method, teachers, seed, options, **where))
-        if print_:  # None: a method whose training no fingerprint covers (its teachers run inside the loop)
-            (ws.root / FINGERPRINTS).write_text(json.dumps({**known, print_: full}, indent=1))
+        if not ws.has_student(full):  # else trained before its fingerprint was kept: as its name says, and kept now
+            if ws.has_student(known.get(print_) or ""):
+                self.say(f"{full}: the same target and training as {known[print_]} (kamal amalgamate --dry-run)")
+                return known[print_]
+            self.say(f"amalgamate {full}")
+            ws(*self._amalgamate(full, method, teachers, seed, options, **where))
+            known.pop(print_, None)  # a kept fingerprint whose student is gone
+        # no fingerprint (a method whose teachers run inside the loop) is kept too: a student's dry run happens once
+        path.write_text(json.dumps({print_ or f"no fingerprint: {full}": full, **known}, indent=1))
         return full
 
     def _amalgamate(self, name, method, teachers, seed, options, base=None, data="transfer", extra=(), default_budget=False):

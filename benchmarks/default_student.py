@@ -637,9 +637,7 @@ def _gold_student(bench: Bench, setting: Setting, ws: Workspace, key: str, rows:
     name, gold = f"gold-{key}-pooled", f"gold-{key}"  # pooled: the prior reads the gold rows beside the generated text
     if ws.has_student(f"{name}-s{bench.seeds[0]}"):
         return f"{name}-s{bench.seeds[0]}"
-    for other in [d["name"] for d in ws.json("data") if d["name"].startswith("gold-")]:
-        ws("remove-data", other, quiet=True)  # an earlier run's, cut short
-    _write(ws, gold, rows, True, "eval")
+    _write(ws, gold, rows, True, "eval")  # an earlier run's, cut short, left with withdraw_labelled
     bench.say(f"kamal probe; amalgamate {name} --gold {gold}")
     ws("probe", quiet=True)
     _, method, options, extra = DEFAULT_ROW

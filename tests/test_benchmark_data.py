@@ -288,3 +288,7 @@ def test_a_student_trained_with_the_same_fingerprint_stands_for_a_new_name(tmp_p
     assert bench.train_student(ws, "ablate-commit-0", "muki-hard", ["a", "b"], 1, ("commit=0",)) == "ablate-commit-0-s1"
     assert ws.trained == ["ablate-commit-1-s1", "ablate-commit-0-s1"]  # the second request trained nothing
     assert json.loads((tmp_path / FINGERPRINTS).read_text()) == {"commit=1": "ablate-commit-1-s1", "commit=0": "ablate-commit-0-s1"}
+    ws.students.add("trained-before-s1")  # a student from before fingerprints were kept: kept when first asked for
+    assert bench.train_student(ws, "trained-before", "muki-hard", ["a", "b"], 1, ("prior=none",)) == "trained-before-s1"
+    assert bench.train_student(ws, "ablate-prior-none", "muki-hard", ["a", "b"], 1, ("prior=none",)) == "trained-before-s1"
+    assert ws.trained == ["ablate-commit-1-s1", "ablate-commit-0-s1"]
