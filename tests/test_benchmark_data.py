@@ -96,7 +96,8 @@ def test_every_benchmark_script_loads():
 
     scripts = sorted((ROOT / "benchmarks").glob("*.py"))
     assert 2 < len(scripts) <= 12  # a bench, not a notebook: one-off experiments live in git's history
-    assert sum(len(p.read_text().splitlines()) for p in scripts) <= 3800, "benchmarks/*.py: at most 3,800 lines"
+    # 3,800 until issue 65's SetFit peer: a peer the issue names, not an experiment
+    assert sum(len(p.read_text().splitlines()) for p in scripts) <= 3830, "benchmarks/*.py: at most 3,830 lines"
     code = ("import runpy, sys\n"
             "sys.path.insert(0, sys.argv[1].rsplit('/', 1)[0])  # as `python benchmarks/run.py` has it\n"
             "for path in sys.argv[1:]:\n"
@@ -247,7 +248,7 @@ def test_the_gold_table_reads_each_cell_as_the_mean_over_the_seeds_that_have_it(
         sys.path.remove(str(ROOT / "benchmarks"))
     title = next(t for t in SETTINGS if t.startswith("intent"))
     cell = lambda accuracy: {"accuracy": accuracy, "macro_f1": accuracy / 2}  # noqa: E731
-    first = {"no labels": cell(0.80), "rows": {"random-100": {"kamal": cell(0.90), "rmd_fit": cell(0.70)},
+    first = {"no labels": cell(0.80), "rows": {"random-100": {"kamal": cell(0.90), "rmd_fit": cell(0.70), "setfit": cell(0.60)},
                                                "random-25": {"kamal": cell(0.85), "logistic": cell(0.50)}}}
     second = {"no labels": cell(0.84), "rows": {"random-100": {"kamal": cell(0.94), "rmd_fit": None}}}
     rows = gold_table({title: {"role": "confirm", "seeds": {"1": first, "2": second}}}).splitlines()
@@ -256,10 +257,22 @@ def test_the_gold_table_reads_each_cell_as_the_mean_over_the_seeds_that_have_it(
     assert rows[5].endswith("| 92.0 / 46.0 |")  # both draws
     assert rows[6].endswith("| 70.0 / 35.0 |")  # the one seed that has it
     assert rows[7].endswith("| - |")            # no seed has the peer
+    assert rows[8].startswith("| the peer on the same rows: SetFit") and rows[8].endswith("| 60.0 / 30.0 |")
     curve = {line.split(" | ")[0].strip("| "): line for line in rows if line.startswith("| intent")}  # 0, 25, 100, 200 rows
     assert curve["intent: kamal, random rows"].endswith("| 82.0 | 85.0 | 92.0 | - |")  # 0: no labels; 25: one seed
     assert curve["intent: logistic peer, random rows"].endswith("| - | 50.0 | - | - |")
     assert curve["intent: kamal, queued rows"].endswith("| 82.0 | - | - | - |")
+
+
+def test_a_peer_is_scored_on_every_test_row_a_class_its_rows_lack_counting_wrong():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from default_student import _peer_cells
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    tests = [{"label": label} for label in ("a", "b", "c", "a")]
+    cells = _peer_cells(["a", "b", "a", "b"], ["a", "b"], tests)  # c: no gold row had it
+    assert cells["accuracy"] == 0.5
 
 
 def test_a_student_trained_with_the_same_fingerprint_stands_for_a_new_name(tmp_path):
