@@ -686,6 +686,7 @@ def setfit_peer(rows: list[dict], tests: list[dict], seed: int) -> dict | None:
         from datasets import Dataset
         from setfit import SetFitModel, Trainer, TrainingArguments
     except ImportError:
+        print("setfit is not installed (pip install -e '.[bench]'): the SetFit cells stay '-'", flush=True)
         return None
     from kamalcli.models.bases import resolve_model_source
 
