@@ -197,15 +197,11 @@ def student_workspace(bench: Bench, setting: Setting) -> Workspace:
     return ws
 
 
-def _labelled(bench: Bench, setting: Setting) -> dict[str, list[dict]]:
-    """The labelled sets, by name: the test sets, then each transfer set with its gold labels."""
-    return {**setting.tests(bench), **{gold: setting.rows(bench, p) for p, (_, gold, _) in PROTOCOLS.items()
-                                       if p in bench.protocols}}
-
-
 def labelled_afterwards(bench: Bench, setting: Setting, ws: Workspace) -> None:
-    """The labelled sets, added once every student is trained, as test sets, then probed."""
-    for name, rows in _labelled(bench, setting).items():
+    """The labelled sets (the test sets, then each transfer set with its gold labels), added once every student is
+    trained, as test sets, then probed."""
+    gold = {gold: setting.rows(bench, p) for p, (_, gold, _) in PROTOCOLS.items() if p in bench.protocols}
+    for name, rows in {**setting.tests(bench), **gold}.items():
         _write(ws, name, rows, True, "test")
     ws("probe", quiet=True)
 
@@ -656,10 +652,8 @@ def logistic_peer(rows: list[dict], tests: list[dict], c: float = 10.0) -> dict:
     the confirm settings' pools), so the peer a careful user makes."""
     import torch
 
-    from kamalcli.probe.encoder import text_vectors
-
     labels = sorted({r["label"] for r in rows})
-    x = torch.from_numpy(text_vectors("minilm-l6", [r["text"] for r in rows], 128)).double()
+    x = torch.from_numpy(_vectors(tuple(r["text"] for r in rows))).double()
     y = torch.tensor([labels.index(r["label"]) for r in rows])
     linear = torch.nn.Linear(x.shape[1], len(labels)).double()
     torch.nn.init.zeros_(linear.weight), torch.nn.init.zeros_(linear.bias)
@@ -673,8 +667,14 @@ def logistic_peer(rows: list[dict], tests: list[dict], c: float = 10.0) -> dict:
 
     optimizer.step(closure)
     with torch.no_grad():
-        pred = linear(torch.from_numpy(text_vectors("minilm-l6", [r["text"] for r in tests], 128)).double()).argmax(1)
+        pred = linear(torch.from_numpy(_vectors(tuple(r["text"] for r in tests))).double()).argmax(1)
     return _peer_cells([labels[i] for i in pred.tolist()], labels, tests)
+
+
+@lru_cache(maxsize=2)  # the test rows': encoded once a setting, not once a peer
+def _vectors(texts: tuple[str, ...]) -> np.ndarray:
+    from kamalcli.probe.encoder import text_vectors
+    return text_vectors("minilm-l6", list(texts), 128)
 
 
 def setfit_peer(rows: list[dict], tests: list[dict], seed: int) -> dict | None:

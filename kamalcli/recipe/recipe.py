@@ -419,11 +419,9 @@ def carries_selection(prior: Decision | None) -> bool:
 def _commit(evidence, score: str, prior: Decision | None) -> Decision:
     """muki-hard commit=auto: beside a prior over every label, vanilla-kd's target; else by the score's skill."""
     if carries_selection(prior):
-        data = prior.evidence["data"]
-        return Decision("commit", 0.0, "vanilla-kd's target: the prior over every label carries the selection",
-                        {"commit": 0.0, "baseline": None, "figure": None,
-                         "line": f"commit=auto: each row learns vanilla-kd's target times the prior of {data} "
-                                 "(the prior carries the selection)."})
+        return _commit_decision(0.0, None, None, "commit=auto: each row learns vanilla-kd's target times the prior of "
+                                f"{prior.evidence['data']} (the prior carries the selection).",
+                                "vanilla-kd's target: the prior over every label carries the selection")
     return commitment_on(evidence.figures_for(score), score)
 
 
