@@ -277,10 +277,10 @@ def stored_settings(bench: Bench) -> dict:
     return json.loads(path.read_text()).get("settings", {}) if path.is_file() else {}
 
 
-def write_results(bench: Bench, payload: dict, table: str) -> Path:
+def write_results(bench: Bench, payload: dict, table: str, merged: bool = False) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = f"{bench.scenario}-{bench.profile.name}"
-    seeds = ",".join(map(str, bench.seeds))
+    seeds = ("this run's seeds {} (each setting names its own)" if merged else "seeds {}").format(",".join(map(str, bench.seeds)))
     meta = {
         "scenario": bench.scenario, "profile": asdict(bench.profile), "seeds": bench.seeds,
         "data": str(bench.data_dir), "minutes": (time.perf_counter() - bench.started) / 60,
@@ -288,7 +288,7 @@ def write_results(bench: Bench, payload: dict, table: str) -> Path:
         "python": platform.python_version(),
     }
     (RESULTS / f"{stem}.json").write_text(json.dumps({**meta, **payload}, indent=2, sort_keys=True) + "\n")
-    heading = (f"<!-- {bench.scenario}, {bench.profile.name} mode, seeds {seeds}, {meta['date']}, "
+    heading = (f"<!-- {bench.scenario}, {bench.profile.name} mode, {seeds}, {meta['date']}, "
                f"{meta['minutes']:.0f} min on {meta['machine']} -->\n")
     (RESULTS / f"{stem}.md").write_text(heading + table + "\n")
     print(table)

@@ -515,10 +515,8 @@ def default_student(bench: Bench) -> None:
     intro = (f"Teachers trained in one workspace, added to another as folders. Generated text first: `kamal "
              f"synthesize --name {GENERATED} --per-class {GENERATED_PER_CLASS} --seed 1 --prompt \"{DOMAIN_PROMPT}\"` "
              f"({'; '.join(t for t, s in SETTINGS.items() if s.prompt is None)}: no `--prompt`, so kamal's default), "
-             "then `kamal probe`; labelled data is added "
-             "only after every student is trained, as test sets. Runs with `--settings` "
-             "merge into this file: the comment above describes the last run, each setting names its own seeds.")
-    write_results(bench, payload, "\n\n".join([intro, *(payload[t]["section"] for t in SETTINGS if t in payload)]))
+             "then `kamal probe`; labelled data is added only after every student is trained, as test sets.")
+    write_results(bench, payload, "\n\n".join([intro, *(payload[t]["section"] for t in SETTINGS if t in payload)]), merged=True)
 
 
 # issue 64, item 4: each `auto` of the default replaced by its fixed alternative, one at a time (realistic protocol)
@@ -547,7 +545,7 @@ def default_ablation(bench: Bench) -> None:
             key or "default": {**{k: ws.json("eval", name, "--data", "test")[k] for k in ("accuracy", "macro_f1")},
                                "same_as_default": key in same}
             for key, name in names.items()}
-    write_results(bench, {"settings": stored}, ablation_table(stored))
+    write_results(bench, {"settings": stored}, ablation_table(stored), merged=True)
 
 
 def ablation_table(stored: dict) -> str:
@@ -573,16 +571,17 @@ def ablation_table(stored: dict) -> str:
             "the default's, so the default's student stands for it.\n\n" + markdown(headers, rows))
 
 
-# issue 65: what a few gold labels add, given as a user gives them: an eval set (probe measures the selection scores on
-# real rows, the recipe reads them) and `amalgamate --gold` (their loss; their rows join the prior); the peers on them
+# issue 65: gold labels given as a user gives them: an eval set (probe measures on them) and `--gold`; the peers on them
 GOLD_ROWS = (100,)                # labelled rows per student: every choice
 GOLD_CHOICES = ("random", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
 KAMAL_CHOICES = ("random", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others keep their stored figure
+KAMAL_CURVE = (("kamal", "kamal"), ("kamal, the teachers' target", "teachers_target"), ("logistic peer", "logistic"))
 CURVE_ROWS, CURVE_SEEDS = (25, 200), (1,)  # the labels curve (kamal, the logistic peer) on KAMAL_CHOICES' rows, at these seeds
-GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... with `--rmd-fit` too: "
-                   "the prior from the gold rows alone (the guide's way before)", "rmd_fit"), ("the peer on the same "
-                   "rows: logistic regression to convergence on minilm-l6 mean vectors", "logistic"), ("the peer on the same rows: "
-                   "SetFit (contrastive fine-tuning of minilm-l6, then a logistic head; 20 pair iterations, 1 epoch)", "setfit")]
+GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... the teachers' target, the gold rows' "
+                   "loss beside it (before they chose the target)", "teachers_target"), ("... with `--rmd-fit` too: the prior from the "
+                   "gold rows alone (the guide's way before)", "rmd_fit"), ("the peer on the same rows: logistic regression to convergence "
+                   "on minilm-l6 mean vectors", "logistic"), ("the peer on the same rows: SetFit (contrastive fine-tuning of minilm-l6, "
+                   "then a logistic head; 20 pair iterations, 1 epoch)", "setfit")]
 
 
 def gold_labels(bench: Bench) -> None:
@@ -607,10 +606,11 @@ def gold_labels(bench: Bench) -> None:
             kamal = _gold_student(bench, setting, ws, key, rows) if choice in KAMAL_CHOICES else None  # rmd_fit: stored
             stored_key, compared = before.get(key, {}), n in GOLD_ROWS and choice in KAMAL_CHOICES  # SetFit: 2-4 minutes
             figures["rows"][key] = {"kamal": _test_cells(ws, kamal) if kamal else stored_key.get("kamal"),
+                                    "teachers_target": stored_key.get("teachers_target"),
                                     "rmd_fit": stored_key.get("rmd_fit"), "logistic": logistic_peer(rows, tests),
                                     "setfit": stored_key.get("setfit") or (setfit_peer(rows, tests, bench.seeds[0]) if compared else None),
                                     "classes": len({r["label"] for r in rows})}
-            write_results(bench, {"settings": stored}, gold_table(stored))  # a run cut short keeps what it measured
+            write_results(bench, {"settings": stored}, gold_table(stored), merged=True)  # a run cut short keeps what it measured
 
 
 def _test_cells(ws: Workspace, student: str) -> dict:
@@ -633,7 +633,7 @@ def _gold_rows(bench: Bench, ws: Workspace, pool: dict, n: int, choice: str, stu
 def _gold_student(bench: Bench, setting: Setting, ws: Workspace, key: str, rows: list[dict]) -> str:
     """The default trained with the gold rows as a user gives them; the set withdrawn afterwards (an eval set would
     steer every later student's recipe)."""
-    name, gold = f"gold-{key}-pooled", f"gold-{key}"  # pooled: the prior reads the gold rows beside the generated text
+    name, gold = f"gold-{key}-target", f"gold-{key}"  # target: the gold rows choose it (kamalcli/methods/gold_target.py)
     if ws.has_student(f"{name}-s{bench.seeds[0]}"):
         return f"{name}-s{bench.seeds[0]}"
     _write(ws, gold, rows, True, "eval")  # an earlier run's, cut short, left with withdraw_labelled
@@ -732,10 +732,10 @@ def gold_curve(stored: dict) -> str:
     mean = lambda ms: f"{100 * np.mean([m['accuracy'] for m in ms]):.1f}" if ms else "-"  # noqa: E731
     for title in (t for t in SETTINGS if t in stored):
         seeds = stored[title]["seeds"].values()
-        for who, part, choice in [(w, p, c) for w, p in (("kamal", "kamal"), ("logistic peer", "logistic")) for c in KAMAL_CHOICES]:
+        for who, part, choice in [(w, p, c) for w, p in KAMAL_CURVE for c in KAMAL_CHOICES]:
             got = lambda n: [s["rows"][f"{choice}-{n}"][part] for s in seeds if s["rows"].get(f"{choice}-{n}", {}).get(part)]  # noqa: E731
             rows.append([f"{title.split(':')[0]}: {who}, {'queued' if choice == 'queue' else choice} rows",
-                         mean([s["no labels"] for s in seeds]) if part == "kamal" else "-", *(mean(got(n)) for n in sizes)])
+                         mean([s["no labels"] for s in seeds]) if part != "logistic" else "-", *(mean(got(n)) for n in sizes)])
     return ("The labels curve: accuracy % on the test rows against the number of gold rows (the mean over the "
             "seeds that have it; 0: kamal's default without labels).\n\n" + markdown(["gold rows", "0", *map(str, sizes)], rows))
 

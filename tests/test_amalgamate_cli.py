@@ -348,8 +348,15 @@ def test_gold_rows_join_the_priors_prototypes_and_the_recipe_says_so(two_teacher
         unfolded(result.output))
     [student] = two_teachers.json("students")
     assert student["train"]["recipe"]["prior"]["value"] == "train + gold"
+    # the target is the one the gold rows pick out of fold (kamalcli/methods/gold_target.py), said and recorded
+    chosen = student["train"]["objective"]["gold_target"]
+    assert chosen["rows"] == 40 and set(chosen["right"]) == {"teachers", "pooled", "stacked", "stacked+vectors"}
+    assert f"Gold rows (40): out of fold, {chosen['chosen']} predicts {chosen['right'][chosen['chosen']]} of them" in (
+        unfolded(result.output))
     # twice: the prior's check, then the prior itself (the prototype score reads train alone, as --rmd-fit says)
     assert student["train"]["recipe"]["prior"]["check"] is not None and fitted.count(("train", "gold")) == 2
+    uhc = two_teachers("amalgamate", "--method", "uhc", "--gold", "gold", "--dry-run", *train_args(assets))
+    assert "uhc learns no single target over the union: the gold rows add their cross-entropy alone." in uhc.output
     alone = json.loads(two_teachers(*args, "--rmd-fit", "gold", "--gold", "gold", "--name", "g", "--dry-run",
                                     "--json").stdout)
     assert alone["recipe"]["prior"]["value"] == "gold" and alone["recipe"]["prior"]["gold"] is None

@@ -249,18 +249,21 @@ def test_the_gold_table_reads_each_cell_as_the_mean_over_the_seeds_that_have_it(
     title = next(t for t in SETTINGS if t.startswith("intent"))
     cell = lambda accuracy: {"accuracy": accuracy, "macro_f1": accuracy / 2}  # noqa: E731
     first = {"no labels": cell(0.80), "rows": {"random-100": {"kamal": cell(0.90), "rmd_fit": cell(0.70), "setfit": cell(0.60)},
-                                               "random-25": {"kamal": cell(0.85), "logistic": cell(0.50)}}}
+                                               "random-25": {"kamal": cell(0.85), "teachers_target": cell(0.83),
+                                                             "logistic": cell(0.50)}}}
     second = {"no labels": cell(0.84), "rows": {"random-100": {"kamal": cell(0.94), "rmd_fit": None}}}
     rows = gold_table({title: {"role": "confirm", "seeds": {"1": first, "2": second}}}).splitlines()
     assert "(confirm; seeds 1,2)" in rows[2]
     assert rows[4] == "| kamal's default, no labels | 82.0 / 41.0 |"
     assert rows[5].endswith("| 92.0 / 46.0 |")  # both draws
-    assert rows[6].endswith("| 70.0 / 35.0 |")  # the one seed that has it
-    assert rows[7].endswith("| - |")            # no seed has the peer
-    assert rows[8].startswith("| the peer on the same rows: SetFit") and rows[8].endswith("| 60.0 / 30.0 |")
+    assert rows[6].startswith("| ... the teachers' target") and rows[6].endswith("| - |")  # no seed has it at 100 rows
+    assert rows[7].endswith("| 70.0 / 35.0 |")  # the one seed that has it
+    assert rows[8].endswith("| - |")            # no seed has the peer
+    assert rows[9].startswith("| the peer on the same rows: SetFit") and rows[9].endswith("| 60.0 / 30.0 |")
     curve = {line.split(" | ")[0].strip("| "): line for line in rows if line.startswith("| intent")}  # 0, 25, 100, 200 rows
     assert curve["intent: kamal, random rows"].endswith("| 82.0 | 85.0 | 92.0 | - |")  # 0: no labels; 25: one seed
     assert curve["intent: logistic peer, random rows"].endswith("| - | 50.0 | - | - |")
+    assert curve["intent: kamal, the teachers' target, random rows"].endswith("| 82.0 | 83.0 | - | - |")
     assert curve["intent: kamal, queued rows"].endswith("| 82.0 | - | - | - |")
 
 

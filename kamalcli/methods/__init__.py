@@ -40,14 +40,14 @@ register(Method("muki-hard", "each row learns from the most certain teacher (sco
                               "text does not read its rows; pick_smooth=auto: the pick by each row's confidence "
                               "averaged over its 10 nearest transfer rows",
                 muki.MukiHardOptions, muki.build_muki_hard, paper="Li et al., EMNLP 2022", confidences=True,
-                token_build=muki.build_token_muki_hard))
+                token_build=muki.build_token_muki_hard, gold_target=True))
 register(Method("muki-soft", "each row learns from all teachers, weighted by softmax(certainty / tau) "
                               "(paper=true: MC dropout); margin re-weighting, per picked teacher as muki-hard's",
                 muki.MukiSoftOptions, muki.build_muki_soft, paper="Li et al., EMNLP 2022", confidences=True,
-                token_build=muki.build_token_muki_soft))
+                token_build=muki.build_token_muki_soft, gold_target=True))
 register(Method("vanilla-kd", "the student matches softmax over all teachers' concatenated logits",
                 vanilla_kd.KDOptions, vanilla_kd.build_vanilla_kd, paper="Hinton et al., 2015",
-                token_build=vanilla_kd.build_token_vanilla_kd))
+                token_build=vanilla_kd.build_token_vanilla_kd, gold_target=True))
 register(Method("uhc", "the student's probabilities, renormalised over each teacher's labels, match that teacher",
                 uhc.UHCOptions, uhc.build_uhc, paper="Vongkulbhisal et al., CVPR 2019", token_build=uhc.build_token_uhc))
 

@@ -74,6 +74,8 @@ class Method:
     level: str = "output"        # "feature": build(FeatureContext, options)
     features: str = ""           # where teacher features come from (shown by `kamal methods`)
     labels: str = "no"           # "no", or "optional": gold labels of the transfer rows when asked for
+    gold_target: bool = False    # its loss matches one distribution over the union, arrays["target"], which
+                                 # --gold rows may replace (kamalcli/methods/gold_target.py)
     one_process: str = ""        # why the method cannot run on several processes (torchrun); "" if it can
     token_build: Callable | None = None  # token-level (named entities) build(TokenTeacherOutputs, options); None: none
 

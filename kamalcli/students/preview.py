@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-TARGET_KEYS = ("score", "commit", "starved", "prior", "smooth", "pick_smooth", "chosen_share", "refit", "reweight")
+TARGET_KEYS = ("score", "commit", "starved", "prior", "smooth", "pick_smooth", "chosen_share", "refit", "reweight", "gold_target")
 
 
 def preview(job, problem) -> dict:

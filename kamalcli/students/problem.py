@@ -82,7 +82,8 @@ def sequence_problem(workspace, store, job: Job, probe_request, workdir, run_id,
         say(starved_line(objective.info["starved"], dataset.name))
     if request.gold:
         gold_rows = gold_on_transfer_rows(store, request.gold, texts, outputs.space, say)
-        objective = with_gold(objective, gold_rows)
+        objective = with_gold(_gold_target(workspace, method, options, objective, outputs, dataset, train_config,
+                                           gold_rows, say), gold_rows)
         train_rows, held_out = _gold_rows_train(train_rows, held_out, gold_rows)
     selector = None
     if request.select_by == "transfer-loss" and len(held_out):
@@ -226,6 +227,26 @@ def gold_on_transfer_rows(store, gold_name: str, texts: list[str], space, say) -
     say(f"Gold labels of {gold_name}: {len(gold_texts) - missing} transfer rows learn their label beside the method's "
         "loss" + (f"; {missing} rows are not in the transfer data and are not used." if missing else "."))
     return gold
+
+
+def _gold_target(workspace, method, options, objective, outputs, dataset, train_config, gold: np.ndarray, say):
+    """--gold: the target the gold rows predict best out of fold (kamalcli/methods/gold_target.py), where the
+    method's loss matches one distribution over the union."""
+    from kamalcli.methods.gold_target import choice_line, gold_target
+    from kamalcli.methods.vanilla_kd import union_logits
+    from kamalcli.probe.prototypes import DEFAULT_ENCODER
+    from kamalcli.probs import softmax
+
+    if not method.gold_target or method.level != "output":
+        say(f"{method.name} learns no single target over the union: the gold rows add their cross-entropy alone.")
+        return objective
+    vectors = np.asarray(_sentence_vectors(workspace, getattr(options, "encoder", DEFAULT_ENCODER), dataset,
+                                           train_config, say))
+    chosen = gold_target(np.asarray(objective.arrays["target"], dtype=np.float64),
+                         softmax(union_logits(outputs, 1.0), axis=1), outputs.prior, vectors, gold)
+    say(choice_line(chosen.info))
+    return replace(objective, arrays={**objective.arrays, "target": chosen.target.astype(np.float32)},
+                   info={**objective.info, "gold_target": chosen.info})
 
 
 def _gold_rows_train(train_rows: np.ndarray, held_out: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
