@@ -650,24 +650,12 @@ def logistic_peer(rows: list[dict], tests: list[dict], c: float = 10.0) -> dict:
     """Logistic regression to convergence (L-BFGS, L2 as scikit-learn's C) on frozen minilm-l6 mean vectors of the
     rows, measured on the test rows: stronger than HEAD_REFERENCE's short run on first-token states (measured on
     the confirm settings' pools), so the peer a careful user makes."""
-    import torch
+    from kamalcli.methods.gold_target import logistic
 
     labels = sorted({r["label"] for r in rows})
-    x = torch.from_numpy(_vectors(tuple(r["text"] for r in rows))).double()
-    y = torch.tensor([labels.index(r["label"]) for r in rows])
-    linear = torch.nn.Linear(x.shape[1], len(labels)).double()
-    torch.nn.init.zeros_(linear.weight), torch.nn.init.zeros_(linear.bias)
-    optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=500, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(linear(x), y, reduction="sum") * c + 0.5 * linear.weight.pow(2).sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    with torch.no_grad():
-        pred = linear(torch.from_numpy(_vectors(tuple(r["text"] for r in tests))).double()).argmax(1)
+    x = np.concatenate([_vectors(tuple(r["text"] for r in rows)), _vectors(tuple(r["text"] for r in tests))])
+    gold = np.array([labels.index(r["label"]) for r in rows] + [-1] * len(tests))
+    pred = logistic(x, gold, np.arange(len(rows)), len(labels), c)(np.arange(len(rows), len(x))).argmax(1)
     return _peer_cells([labels[i] for i in pred.tolist()], labels, tests)
 
 

@@ -3,18 +3,18 @@
 import numpy as np
 import pytest
 
-from kamalcli.methods.gold_target import ABSENT, MIN_ROWS, _logistic, choice_line, gold_target
+from kamalcli.methods.gold_target import ABSENT, MIN_ROWS, logistic, choice_line, gold_target
 
 X = np.array([[2.04, -2.56, 0.42], [-0.57, -0.45, -0.22], [-2.02, -0.23, -0.87], [3.32, 0.23, -0.35],
               [-0.28, -0.67, -1.06], [-0.39, 0.48, -0.24], [0.96, -0.2, 0.02], [1.55, 0.55, -0.51],
               [-0.18, 0.54, 1.94], [-0.27, -0.24, 1.0], [-0.89, -0.29, 0.88], [0.58, 0.09, 0.67]])
 
 
-def test_the_logistic_regression_is_scikit_learns():
+def test_thelogistic_regression_is_scikit_learns():
     """Golden values: scikit-learn 1.9.1's LogisticRegression(C=1.0) on these rows (predict_log_proba of the first
     three); class 2 has no row, so it gets ABSENT."""
     y = np.array([0, 1, 3] * 4)
-    got = _logistic(X, y, np.arange(12), 4)(np.arange(3))
+    got = logistic(X, y, np.arange(12), 4)(np.arange(3))
     want = [[-0.087, -2.5204, ABSENT, -5.8515], [-1.8475, -0.6926, ABSENT, -1.0726], [-3.7601, -0.8021, ABSENT, -0.638]]
     assert got == pytest.approx(np.array(want), abs=2e-4)
 

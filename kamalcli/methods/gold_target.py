@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kamalcli.probs import softmax
+
 CANDIDATES = ("teachers", "pooled", "stacked", "stacked+vectors")
 FOLDS = 5
 MIN_ROWS = 2 * FOLDS  # fewer gold rows than this: the teachers' target, unchosen
@@ -59,7 +61,7 @@ def gold_target(target: np.ndarray, ensemble: np.ndarray, prior: np.ndarray | No
             return lambda at: log_target[at]
         if name == "pooled":
             return _pool([log_target, peer], gold, rows)
-        return _logistic(features[name], gold, rows, width)
+        return logistic(features[name], gold, rows, width)
 
     folds = _folds(labelled, seed + 1)
     right, out_of_fold = {}, {name: np.zeros((len(labelled), width)) for name in CANDIDATES}
@@ -76,7 +78,7 @@ def gold_target(target: np.ndarray, ensemble: np.ndarray, prior: np.ndarray | No
         return GoldTarget(target, info)
     log_probs = fit(chosen, labelled)(np.arange(len(target)))
     log_probs[labelled] = out_of_fold[chosen]
-    return GoldTarget(_softmax(log_probs), info)
+    return GoldTarget(softmax(log_probs, axis=1), info)
 
 
 def choice_line(info: dict) -> str:
@@ -91,9 +93,9 @@ def choice_line(info: dict) -> str:
 def _cross_fitted_peer(vectors: np.ndarray, gold: np.ndarray, labelled: np.ndarray, width: int, seed: int) -> np.ndarray:
     """A logistic regression on the sentence vectors of the gold rows, as log-probabilities: out of fold on them, fitted
     on all of them elsewhere."""
-    peer = _logistic(vectors, gold, labelled, width)(np.arange(len(vectors)))
+    peer = logistic(vectors, gold, labelled, width)(np.arange(len(vectors)))
     for held in _folds(labelled, seed):
-        peer[held] = _logistic(vectors, gold, np.setdiff1d(labelled, held), width)(held)
+        peer[held] = logistic(vectors, gold, np.setdiff1d(labelled, held), width)(held)
     return peer
 
 
@@ -102,9 +104,10 @@ def _folds(rows: np.ndarray, seed: int) -> list[np.ndarray]:
     return [np.sort(part) for part in np.array_split(order, FOLDS)]
 
 
-def _logistic(x: np.ndarray, gold: np.ndarray, rows: np.ndarray, width: int):
-    """Multinomial logistic regression to convergence (L-BFGS; C * the summed cross-entropy + half the weights' squared
-    norm, the intercept unpenalised, as scikit-learn's) on the classes these rows have; the others get ABSENT."""
+def logistic(x: np.ndarray, gold: np.ndarray, rows: np.ndarray, width: int, c: float = STACK_C):
+    """Multinomial logistic regression to convergence (L-BFGS; c * the summed cross-entropy + half the weights' squared
+    norm, the intercept unpenalised, as scikit-learn's C) on these rows of x, over the classes they have; a function of
+    row indices of x to log-probabilities over width classes, ABSENT for the classes the rows lack."""
     import torch
 
     classes = np.unique(gold[rows])
@@ -116,7 +119,7 @@ def _logistic(x: np.ndarray, gold: np.ndarray, rows: np.ndarray, width: int):
 
     def closure():
         optimizer.zero_grad()
-        loss = STACK_C * torch.nn.functional.cross_entropy(linear(features), labels, reduction="sum")
+        loss = c * torch.nn.functional.cross_entropy(linear(features), labels, reduction="sum")
         loss = loss + 0.5 * linear.weight.pow(2).sum()
         loss.backward()
         return loss
@@ -156,8 +159,3 @@ def _pool(experts: list[np.ndarray], gold: np.ndarray, rows: np.ndarray):
     b = bias.detach().numpy()
     return lambda at: sum(wi * e[at] for wi, e in zip(w, experts)) + b
 
-
-def _softmax(scores: np.ndarray) -> np.ndarray:
-    scores = scores - scores.max(axis=1, keepdims=True)
-    out = np.exp(scores)
-    return out / out.sum(axis=1, keepdims=True)

@@ -237,7 +237,7 @@ def _gold_target(workspace, method, options, objective, outputs, dataset, train_
     from kamalcli.probe.prototypes import DEFAULT_ENCODER
     from kamalcli.probs import softmax
 
-    if not method.gold_target or method.level != "output":
+    if not method.gold_target:
         say(f"{method.name} learns no single target over the union: the gold rows add their cross-entropy alone.")
         return objective
     vectors = np.asarray(_sentence_vectors(workspace, getattr(options, "encoder", DEFAULT_ENCODER), dataset,
