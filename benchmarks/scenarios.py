@@ -149,8 +149,7 @@ def compression(bench: Bench) -> None:
         ("mt-bert, gold labels, hidden_weight=0.1", "mt-bert", ("labels=true", "hidden_weight=0.1"), names,
          "transfer-labelled"),
         ("mt-bert, gold labels, hidden_weight=0 (weighted distillation + CE only)", "mt-bert",
-         ("labels=true", "hidden_weight=0"), names, "transfer-labelled"),
-    ]
+         ("labels=true", "hidden_weight=0"), names, "transfer-labelled")]
     rows, payload = [], {}
     for label, method, options, chosen, data in methods:
         results = [bench.student(ws, _named(label), method, chosen, seed, options, data=data) for seed in bench.seeds]
@@ -173,8 +172,7 @@ def feature_speed(bench: Bench) -> None:
         ("dfa, features=pooled (cached)", "dfa", ("features=pooled",)),
         ("mt-bert, features=pooled (cached)", "mt-bert", ("features=pooled",)),
         ("dfa (teachers in the loop, per token)", "dfa", ()),
-        ("mt-bert (teachers in the loop, per token)", "mt-bert", ()),
-    ]
+        ("mt-bert (teachers in the loop, per token)", "mt-bert", ())]
     seed, tag = bench.seeds[0], time.strftime("%m%d%H%M")  # a new name per run: every row is timed now, side by side
     rows, payload = [], {}
     for label, method, options in variants:

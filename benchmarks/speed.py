@@ -139,8 +139,7 @@ def _probe_throughput(bench: Bench, teachers: dict[str, str], train: list[dict])
         ["probe, K = 16 default (adaptive)", f"{rate['K=16 default (adaptive)']:.1f} ex/s",
          f"{figures['probe_default_k16_over_k1_time']:.1f}x the time of K = 1 ({spread['K=16 default (adaptive)']}; "
          f"exact: {figures['probe_k16_over_k1_time']:.1f}x); "
-         f"{figures['probe_default_mean_passes']:.1f} dropout passes per row on average"],
-    ]
+         f"{figures['probe_default_mean_passes']:.1f} dropout passes per row on average"]]
     return figures, ws, rows_md
 
 
@@ -209,8 +208,7 @@ def speed(bench: Bench) -> None:
         ["supervised fine-tuning, 1 epoch", f"{figures['supervised_examples_per_second']:.1f} ex/s",
          f"amalgamate / supervised time per epoch: {figures['amalgamate_over_supervised_time_per_epoch']:.2f}"],
         ["kamal --help", f"{figures['help_seconds_median']:.2f} s", "median of 7"],
-        *demo_rows,
-    ]
+        *demo_rows]
     for engine, r in onnx.items():
         acc = "-" if r.get("accuracy") is None else f"{100 * r['accuracy']:.1f}% test accuracy"
         rows_md.append([engine, f"{r['latency_ms_b1_t32']:.1f} ms at 1x32; {r['throughput_seq_s_b32_t128']:.1f} seq/s at 32x128",
@@ -617,8 +615,7 @@ def cuda_walk_main(argv: list[str] | None = None) -> int:
         ("predict", ("predict", "hard", *WALK_TEXTS, "--device", device, "--json")),
         ("predict on cpu", ("predict", "hard", *WALK_TEXTS, "--device", "cpu", "--json")),
         ("export --onnx", ("export", "hard", "--onnx")),
-        ("predict --onnx", ("predict", "hard", *WALK_TEXTS, "--onnx", "--device", device, "--json")),
-    ]
+        ("predict --onnx", ("predict", "hard", *WALK_TEXTS, "--onnx", "--device", device, "--json"))]
     outputs, failed = {}, 0
     for name, argv in steps:
         code, seconds, output = walk_kamal(ws, *argv) if argv[0] != "init" else walk_kamal(root, *argv)

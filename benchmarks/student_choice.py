@@ -18,8 +18,7 @@ CHOICES = [
     ("l6", "fine-tune minilm-l6, 128 tokens (kamal's default base)", ("--student", "minilm-l6", *L6)),
     ("head-rates", "head on frozen minilm-l6, 128 tokens (--fit head)", ("--student", "minilm-l6", *L6, "--fit", "head")),
     ("head-all", "minilm-l6 head, then fine-tune, 128 tokens (--fit head-then-all)",
-     ("--student", "minilm-l6", *L6, "--fit", "head-then-all")),
-]
+     ("--student", "minilm-l6", *L6, "--fit", "head-then-all"))]
 # supervised references on the pool's gold labels: (key, what the table calls it, train-teacher arguments)
 REFERENCES = [("sup-head", "supervised: head on frozen minilm-l6, 128 tokens (--fit head)", ("--base", "minilm-l6", *L6, "--fit", "head")),
               ("sup-l6", "supervised: fine-tune minilm-l6, 128 tokens", ("--base", "minilm-l6", *L6))]

@@ -29,7 +29,7 @@ def test_every_output_level_method_trains_a_student(two_teachers, assets):
     assert [t["name"] for t in hard["teachers"]] == ["news", "money"]
     assert all(len(t["fingerprint"]) == 64 and t["probe_id"] for t in hard["teachers"])
     assert hard["options"] == {"paper": False, "mc": True, "reweight": "auto", "score": "auto", "calibrate": "none",
-                               "temperature": 1.0, "encoder": "minilm-l6", "refit": "auto", "pick_smooth": "auto",
+                               "temperature": 1.0, "encoder": "minilm-l6", "refit": "none", "pick_smooth": "auto",
                                "commit": "auto", "prior": "auto", "smooth": "auto"}
     assert hard["train"]["objective"]["auto"]["score"] in ("mc-dropout", "entropy", "max-prob", "energy")
     assert hard["select_by"] == "transfer-loss" and hard["train"]["selected_by"] == "transfer-loss"

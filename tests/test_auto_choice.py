@@ -141,11 +141,11 @@ def test_report_and_amalgamate_name_the_same_score_for_the_same_reason(added, as
     # resumed run reads it) and kept in the student's record (the report's check ran on the same pool)
     run = next(r for r in added.json("runs") if r["name"] == "v1")
     assert entry["recipe"] == run["params"]["recipe"] == student["train"]["recipe"]
-    assert set(entry["recipe"]) == {"score", "prior", "commit", "refit", "smooth", "pick_smooth", "reweight"}
+    assert set(entry["recipe"]) == {"score", "prior", "commit", "smooth", "pick_smooth", "reweight"}
     from kamalcli.recipe.recipe import Recipe
 
     table = Recipe.from_json(entry["recipe"]).table()
-    assert all(line in result.stderr.splitlines() for line in table[1:]) and len(table) == 8
+    assert all(line in result.stderr.splitlines() for line in table[1:]) and len(table) == 7
 
 
 def test_at_chance_nothing_is_recommended_and_each_figure_carries_its_rows(added, tmp_path):

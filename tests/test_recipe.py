@@ -36,8 +36,9 @@ UNREAD_B = PriorCheck("pool", "rmd", [Agreement("a", 100, 90, 0.5), Agreement("b
 
 
 def test_the_default_student_leaves_every_decision_to_the_recipe_and_paper_true_none():
-    assert autos(muki_hard(), evidence().teachers) == {"score", "fit", "prior", "commit", "refit", "smooth",
-                                                       "pick_smooth", "reweight"}
+    assert autos(muki_hard(), evidence().teachers) == {"score", "fit", "prior", "commit", "smooth", "pick_smooth",
+                                                       "reweight"}  # refit: an option, off by default
+    assert "refit" in autos(muki_hard("refit=auto"), evidence().teachers)
     assert autos(muki_hard("paper=true"), evidence().teachers) == set()
     assert autos(muki_hard("score=entropy", "prior=none", "commit=1"), evidence().teachers) == {
         "pick_smooth", "smooth", "reweight"}
@@ -65,12 +66,13 @@ def test_a_prior_the_check_reads_carries_the_selection_and_smooths_a_large_pool(
 def test_where_the_prototypes_do_not_read_a_teacher_its_rmd_is_refitted_and_the_prior_stays_within_the_other():
     figures = [Figure("rmd+prototype", "synth", True, 200, 0.95, 0.5), Figure("rmd", "synth", True, 200, 0.9, 0.5),
                Figure("energy", "synth", True, 200, 0.6, 0.5)]
-    recipe = decide(evidence(figures, UNREAD_B), muki_hard())
+    assert decide(evidence(figures, UNREAD_B), muki_hard()).value("refit") is None  # an option, off by default
+    recipe = decide(evidence(figures, UNREAD_B), muki_hard("refit=auto"))
     assert recipe.value("score") == "rmd"  # no prototype score where the prototypes do not read the rows
     assert recipe.value("prior") == "synth within a" and recipe.evidence("prior")["teachers"] == ["a"]
     assert recipe.value("refit") == "b" and recipe.evidence("refit")["teachers"] == ["b"]
     assert recipe.value("commit") == 1.0  # rmd's 90% is clearly above vanilla-kd's own pick (energy, 60%)
-    assert recipe.options_for(muki_hard()).commit == "auto"  # committing: MUKI's target, guarded as it is built
+    assert recipe.options_for(muki_hard("refit=auto")).commit == "auto"  # committing: MUKI's target, guarded as built
     assert recipe.value("smooth") == 0 and "does not read every teacher's rows" in recipe.get("smooth").reason
 
 

@@ -80,12 +80,12 @@ def test_amalgamate_refits_the_teachers_the_check_fails_for_and_records_it(two_t
 
     monkeypatch.setattr(prior_check, "transfer_check", money_unread)
     result = two_teachers("--verbose", "amalgamate", "--method", "muki-hard", "--option", "score=rmd", "--option", "prior=none",
-                          "--mc-samples", "2", "--name", "refitted", *train_args(assets))
+                          "--option", "refit=auto", "--mc-samples", "2", "--name", "refitted", *train_args(assets))
     assert seen == [("pool", None)]
     assert "refit=auto: money's RMD is fitted again on the rows of pool" in result.output
     assert "refit=auto: rows changing teacher, round by round: " in result.output
     two_teachers("amalgamate", "--method", "muki-hard", "--option", "score=rmd", "--option", "prior=none",
-                  "--option", "refit=none", "--mc-samples", "2", "--name", "kept", *train_args(assets))
+                  "--mc-samples", "2", "--name", "kept", *train_args(assets))  # refit: off by default
     students = {s["name"]: s for s in two_teachers.json("students")}
     assert students["refitted"]["train"]["objective"]["refit"] == ["money"]
     assert "refit" not in students["kept"]["train"]["objective"] and students["kept"]["options"]["refit"] == "none"

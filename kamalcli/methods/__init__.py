@@ -36,8 +36,8 @@ register(Method("muki-hard", "each row learns from the most certain teacher (sco
                               "mean 1 within each picked teacher's rows (reweight=true: the margin as it is); "
                               "commit=auto: vanilla-kd's target unless the pick is measured to be clearly better; "
                               "smooth=auto: each target half averaged over its 10 nearest transfer rows; "
-                              "refit=auto: a teacher's RMD fitted again on the transfer rows where the generated "
-                              "text does not read its rows; pick_smooth=auto: the pick by each row's confidence "
+                              "refit=auto (off by default): a teacher's RMD fitted again on the transfer rows where "
+                              "the generated text does not read its rows; pick_smooth=auto: the pick by each row's confidence "
                               "averaged over its 10 nearest transfer rows",
                 muki.MukiHardOptions, muki.build_muki_hard, paper="Li et al., EMNLP 2022", confidences=True,
                 token_build=muki.build_token_muki_hard, gold_target=True))

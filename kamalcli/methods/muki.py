@@ -75,8 +75,9 @@ class MukiOptions(Options):
     calibrate: Calibration = "none"  # kamal: "rank" compares each teacher's confidence with its own range
     temperature: float = 1.0      # softens the teachers' distributions and the student's alike
     encoder: str = DEFAULT_ENCODER  # the prototype score's shared sentence encoder (all-MiniLM-L6-v2)
-    refit: Literal["auto", "none"] = "auto"  # auto: RMD fitted again on the transfer rows for the teachers whose
-    # rows the generated text does not read (kamalcli/probe/transfer_refit.py); none: the fits stay
+    refit: Literal["auto", "none"] = "none"  # auto: RMD fitted again on the transfer rows for the teachers whose
+    # rows the generated text does not read (kamalcli/probe/transfer_refit.py); none: the fits stay. Off by default:
+    # on two confirm settings the refitted teacher took every row (genre, outlets; -3.0 on outlets, docs/benchmarks.md)
     pick_smooth: int | Literal["auto"] = "auto"  # the pick by each row's confidence averaged with this many nearest
     # rows'; auto: 10 where their picks agree with the row's beyond chance (kamalcli/probe/neighbours.py); 0: none
 

@@ -27,8 +27,10 @@ The rules, each measured in docs/benchmarks.md:
   Where it commits, a guard read as the targets are built: a pick that gives a teacher under a quarter of the
   transfer rows vanilla-kd's own target credits it with has starved that teacher, and the rows learn vanilla-kd's
   target instead (`starved`).
-- refit: RMD fitted again on the transfer rows for the teachers whose rows the generated text does not read
-  (kamalcli/probe/transfer_refit.py), only when the check fails for them.
+- refit (an option, off by default; refit=auto asks for it): RMD fitted again on the transfer rows for the teachers
+  whose rows the generated text does not read (kamalcli/probe/transfer_refit.py), only when the check fails for
+  them. Off since the ablation: on two confirm settings (genre, outlets) the refitted teacher took every row and the
+  guard fell back to vanilla-kd's target; without it outlets' default gained 3.0 points.
 - smooth: each row's target half averaged with its 10 nearest rows, beside a prior over every label and with at
   least 20 rows per label and neighbour (measured to help at 2,000 rows over 10 labels, to cost below it).
 - pick_smooth: the pick by each row's confidence averaged with its 10 nearest rows', where those rows' own picks
