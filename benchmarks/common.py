@@ -201,7 +201,7 @@ class Bench:
                 return known[print_]
             self.say(f"amalgamate {full}")
             ws(*self._amalgamate(full, method, teachers, seed, options, **where))
-            known.pop(print_, None)  # a kept fingerprint whose student is gone
+            known = {k: v for k, v in known.items() if k != print_ and v != full}  # a gone student's, or full's before
         # no fingerprint (a method whose teachers run inside the loop) is kept too: a student's dry run happens once
         path.write_text(json.dumps({print_ or f"no fingerprint: {full}": full, **known}, indent=1))
         return full

@@ -308,3 +308,7 @@ def test_a_student_trained_with_the_same_fingerprint_stands_for_a_new_name(tmp_p
     assert bench.train_student(ws, "trained-before", "muki-hard", ["a", "b"], 1, ("prior=none",)) == "trained-before-s1"
     assert bench.train_student(ws, "ablate-prior-none", "muki-hard", ["a", "b"], 1, ("prior=none",)) == "trained-before-s1"
     assert ws.trained == ["ablate-commit-1-s1", "ablate-commit-0-s1"]
+    ws.students.discard("ablate-commit-0-s1")  # removed by hand, then trained again under a rule that moves its target
+    assert bench.train_student(ws, "ablate-commit-0", "muki-hard", ["a", "b"], 1, ("commit=0", "refit=none")) == "ablate-commit-0-s1"
+    known = json.loads((tmp_path / FINGERPRINTS).read_text())
+    assert "commit=0" not in known and known["commit=0+refit=none"] == "ablate-commit-0-s1"  # its old fingerprint points nowhere
