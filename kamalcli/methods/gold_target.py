@@ -115,16 +115,8 @@ def logistic(x: np.ndarray, gold: np.ndarray, rows: np.ndarray, width: int, c: f
     labels = torch.from_numpy(np.searchsorted(classes, gold[rows]))
     linear = torch.nn.Linear(x.shape[1], len(classes)).double()
     torch.nn.init.zeros_(linear.weight), torch.nn.init.zeros_(linear.bias)
-    optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=500, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        loss = c * torch.nn.functional.cross_entropy(linear(features), labels, reduction="sum")
-        loss = loss + 0.5 * linear.weight.pow(2).sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
+    _minimise(list(linear.parameters()), lambda: c * torch.nn.functional.cross_entropy(linear(features), labels, reduction="sum")
+              + 0.5 * linear.weight.pow(2).sum(), max_iter=500)
 
     def predict(at: np.ndarray) -> np.ndarray:
         with torch.no_grad():
@@ -145,17 +137,25 @@ def _pool(experts: list[np.ndarray], gold: np.ndarray, rows: np.ndarray):
     labels = torch.from_numpy(gold[rows])
     weights = torch.full((len(experts),), float(np.log(np.expm1(1.0))), dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(stack.shape[2], dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([weights, bias], max_iter=200, line_search_fn="strong_wolfe")
-
-    def closure():
-        optimizer.zero_grad()
-        scores = (torch.nn.functional.softplus(weights)[:, None, None] * stack).sum(0) + bias
-        loss = torch.nn.functional.cross_entropy(scores, labels) + bias.pow(2).sum() / len(rows)
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
+    _minimise([weights, bias], lambda: torch.nn.functional.cross_entropy(
+        (torch.nn.functional.softplus(weights)[:, None, None] * stack).sum(0) + bias, labels) + bias.pow(2).sum() / len(rows),
+        max_iter=200)
     w = torch.nn.functional.softplus(weights).detach().numpy()
     b = bias.detach().numpy()
     return lambda at: sum(wi * e[at] for wi, e in zip(w, experts)) + b
 
+
+
+def _minimise(parameters: list, loss, max_iter: int) -> None:
+    """L-BFGS with a strong-Wolfe line search on loss() (a closure of the parameters), to convergence or max_iter."""
+    import torch
+
+    optimizer = torch.optim.LBFGS(parameters, max_iter=max_iter, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        value = loss()
+        value.backward()
+        return value
+
+    optimizer.step(closure)

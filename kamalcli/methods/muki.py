@@ -230,14 +230,14 @@ def with_prior(target: np.ndarray, prior: np.ndarray, blocks: list[np.ndarray] |
 
 def build_muki_hard(outputs: TeacherOutputs, options: MukiHardOptions) -> Objective:
     from kamalcli.methods.losses import kl_loss
-    from kamalcli.methods.vanilla_kd import union_logits
+    from kamalcli.methods.vanilla_kd import union_probs
 
     commit = options.committed
     confidence, padded, weights, info = _muki_common(outputs, options, picks=commit > 0)
     chosen = confidence.argmax(axis=1)
     share = np.bincount(chosen, minlength=len(outputs.teachers)) / outputs.num_rows
     target = hard_target(padded, confidence)
-    concatenated = softmax(union_logits(outputs, options.temperature), axis=1) if commit < 1 or options.guarded else None
+    concatenated = union_probs(outputs, options.temperature) if commit < 1 or options.guarded else None
     if commit > 0 and options.guarded:
         commit = _guard(share, concatenated, outputs, info)
     if commit < 1:

@@ -35,10 +35,15 @@ def union_logits(outputs: TeacherOutputs, temperature: float = 1.0) -> np.ndarra
     return merged
 
 
+def union_probs(outputs: TeacherOutputs, temperature: float = 1.0) -> np.ndarray:
+    """The teachers' ensemble: softmax over their concatenated logits / T in the union (vanilla-kd's target)."""
+    return softmax(union_logits(outputs, temperature), axis=1)
+
+
 def build_vanilla_kd(outputs: TeacherOutputs, options: KDOptions) -> Objective:
     from kamalcli.methods.losses import kl_loss
 
-    target = softmax(union_logits(outputs, options.temperature), axis=1)
+    target = union_probs(outputs, options.temperature)
     return Objective({"target": target.astype(np.float32)}, kl_loss(options.temperature))
 
 

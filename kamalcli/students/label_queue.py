@@ -45,7 +45,7 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
 
     from kamalcli.data.text import load_dataset_rows
     from kamalcli.heads import several_heads
-    from kamalcli.methods.vanilla_kd import union_logits
+    from kamalcli.methods.vanilla_kd import union_probs
     from kamalcli.probe.outputs import teacher_outputs
     from kamalcli.probe.runner import Runner
     from kamalcli.probe.teacher_weights import refresh_teachers
@@ -68,7 +68,7 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
     teachers = refresh_teachers(workspace, store, teachers, say)
     runner = Runner(workspace, store, device=device)
     outputs = teacher_outputs(store, teachers, [runner.logits_probe(t, dataset, max_length) for t in teachers])
-    union = softmax(union_logits(outputs))
+    union = union_probs(outputs)
     signals = {"teachers_disagree": teachers_disagree(outputs), "small_margin": 1.0 - margin(union)}
     features, predicted = union, union
     if student is not None:

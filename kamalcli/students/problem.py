@@ -233,9 +233,8 @@ def _gold_target(workspace, method, options, objective, outputs, dataset, train_
     """--gold: the target the gold rows predict best out of fold (kamalcli/methods/gold_target.py), where the
     method's loss matches one distribution over the union."""
     from kamalcli.methods.gold_target import choice_line, gold_target
-    from kamalcli.methods.vanilla_kd import union_logits
+    from kamalcli.methods.vanilla_kd import union_probs
     from kamalcli.probe.prototypes import DEFAULT_ENCODER
-    from kamalcli.probs import softmax
 
     if not method.gold_target:
         say(f"{method.name} learns no single target over the union: the gold rows add their cross-entropy alone.")
@@ -243,7 +242,7 @@ def _gold_target(workspace, method, options, objective, outputs, dataset, train_
     vectors = np.asarray(_sentence_vectors(workspace, getattr(options, "encoder", DEFAULT_ENCODER), dataset,
                                            train_config, say))
     chosen = gold_target(np.asarray(objective.arrays["target"], dtype=np.float64),
-                         softmax(union_logits(outputs, 1.0), axis=1), outputs.prior, vectors, gold)
+                         union_probs(outputs), outputs.prior, vectors, gold)
     say(choice_line(chosen.info))
     return replace(objective, arrays={**objective.arrays, "target": chosen.target.astype(np.float32)},
                    info={**objective.info, "gold_target": chosen.info})
