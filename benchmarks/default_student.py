@@ -575,10 +575,10 @@ def ablation_table(stored: dict) -> str:
 
 # issue 65: gold labels given as a user gives them: an eval set (probe measures on them) and `--gold`; the peers on them
 GOLD_ROWS = (100,)                # labelled rows per student: every choice
-GOLD_CHOICES = ("random", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
-KAMAL_CHOICES = ("random", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others keep their stored figure
+GOLD_CHOICES = ("random", "mixed", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
+KAMAL_CHOICES = ("random", "mixed", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others: stored
 KAMAL_CURVE = (("kamal", "kamal"), ("kamal, the teachers' target", "teachers_target"), ("logistic peer", "logistic"))
-CURVE_ROWS, CURVE_SEEDS = (25, 200), (1,)  # the labels curve (kamal, the logistic peer) on KAMAL_CHOICES' rows, at these seeds
+CURVE_ROWS, CURVE_SEEDS, CURVE_CHOICES = (25, 200), (1,), ("random", "queue")  # the labels curve (kamal, the logistic peer)
 GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... the teachers' target, the gold rows' "
                    "loss beside it (before they chose the target)", "teachers_target"), ("... with `--rmd-fit` too: the prior from the "
                    "gold rows alone (the guide's way before)", "rmd_fit"), ("the peer on the same rows: logistic regression to convergence "
@@ -602,7 +602,7 @@ def gold_labels(bench: Bench) -> None:
         figures, before = {"rows": {}}, stored.get(title, {}).get("seeds", {}).get(seed, {}).get("rows", {})
         figures["no labels"] = _test_cells(ws, unlabelled)
         stored.setdefault(title, {"role": setting.role, "seeds": {}})["seeds"][seed] = figures
-        curve = [(n, c) for n in CURVE_ROWS for c in KAMAL_CHOICES] if bench.seeds[0] in CURVE_SEEDS else []
+        curve = [(n, c) for n in CURVE_ROWS for c in CURVE_CHOICES] if bench.seeds[0] in CURVE_SEEDS else []
         for n, choice in [(n, c) for n in GOLD_ROWS for c in GOLD_CHOICES] + curve:  # another seed: GOLD_ROWS drawn again
             key, rows = f"{choice}-{n}", _gold_rows(bench, ws, pool, n, choice, unlabelled)
             kamal = _gold_student(bench, setting, ws, key, rows) if choice in KAMAL_CHOICES else None  # rmd_fit: stored
@@ -623,7 +623,7 @@ def _gold_rows(bench: Bench, ws: Workspace, pool: dict, n: int, choice: str, stu
     """n pool rows with their gold labels: random (seeded), or the ones `kamal label-queue` asks for."""
     if choice == "random":
         return sample(list(pool.values()), n, f"gold-{n}-s{bench.seeds[0]}")
-    out, strategy = ws.root / "data" / f"{choice}-{n}.csv", "disagree" if choice == "queue" else choice
+    out, strategy = ws.root / "data" / f"{choice}-{n}.csv", "disagree" if choice == "queue" else choice  # stored as queue
     if not out.is_file():
         ws("label-queue", "--data", PROTOCOLS["realistic"][0], "--n", n, "--out", out, "--student", student, "--strategy",
            strategy, quiet=True)
@@ -705,14 +705,14 @@ def gold_table(stored: dict) -> str:
     rows = [["kamal's default, no labels", *(cell(mean([s["no labels"] for s in seeds(t)])) for t in titles)]]
     for key in (f"{c}-{n}" for n in GOLD_ROWS for c in GOLD_CHOICES):
         for label, part in GOLD_TABLE_ROWS:
-            rows.append([label.format(key.replace("-", " ")),
+            rows.append([label.format(key.replace("queue", "disagree").replace("-", " ")),
                          *(cell(mean([s["rows"].get(key, {}).get(part) for s in seeds(t)])) for t in titles)])
     headers = ["accuracy / macro-F1 %", *(f"{t} ({stored[t]['role']}; seeds {','.join(stored[t]['seeds'])})" for t in titles)]
     return ("The gold rows are pool rows with their labels, given as a user gives them: added as an eval set (probe "
             "measures the selection scores on them) and `--gold` (their loss; the prior's prototypes read them beside "
             "the generated text, or alone where it fails the check); realistic protocol; a seed is a draw of the "
             "random rows and the students' seed (the queue's rows are chosen once), a cell the mean over the seeds "
-            "that have it; SetFit on the 100 random and queued rows, where setfit is installed.\n\n"
+            "that have it; SetFit on the 100 random, mixed and disagree rows, where setfit is installed.\n\n"
             + markdown(headers, rows) + "\n\n" + gold_curve(stored))
 
 
@@ -722,9 +722,9 @@ def gold_curve(stored: dict) -> str:
     mean = lambda ms: f"{100 * np.mean([m['accuracy'] for m in ms]):.1f}" if ms else "-"  # noqa: E731
     for title in (t for t in SETTINGS if t in stored):
         seeds = stored[title]["seeds"].values()
-        for who, part, choice in [(w, p, c) for w, p in KAMAL_CURVE for c in KAMAL_CHOICES]:
+        for who, part, choice in [(w, p, c) for w, p in KAMAL_CURVE for c in CURVE_CHOICES]:
             got = lambda n: [s["rows"][f"{choice}-{n}"][part] for s in seeds if s["rows"].get(f"{choice}-{n}", {}).get(part)]  # noqa: E731
-            rows.append([f"{title.split(':')[0]}: {who}, {'queued' if choice == 'queue' else choice} rows",
+            rows.append([f"{title.split(':')[0]}: {who}, {'disagree' if choice == 'queue' else choice} rows",
                          mean([s["no labels"] for s in seeds]) if part != "logistic" else "-", *(mean(got(n)) for n in sizes)])
     return ("The labels curve: accuracy % on the test rows against the number of gold rows (the mean over the "
             "seeds that have it; 0: kamal's default without labels).\n\n" + markdown(["gold rows", "0", *map(str, sizes)], rows))

@@ -264,7 +264,7 @@ def test_the_gold_table_reads_each_cell_as_the_mean_over_the_seeds_that_have_it(
     assert curve["intent: kamal, random rows"].endswith("| 82.0 | 85.0 | 92.0 | - |")  # 0: no labels; 25: one seed
     assert curve["intent: logistic peer, random rows"].endswith("| - | 50.0 | - | - |")
     assert curve["intent: kamal, the teachers' target, random rows"].endswith("| 82.0 | 83.0 | - | - |")
-    assert curve["intent: kamal, queued rows"].endswith("| 82.0 | - | - | - |")
+    assert curve["intent: kamal, disagree rows"].endswith("| 82.0 | - | - | - |")
 
 
 def test_a_peer_is_scored_on_every_test_row_a_class_its_rows_lack_counting_wrong():

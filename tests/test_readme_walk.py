@@ -18,7 +18,8 @@ README = Path(__file__).parents[1] / "README.md"
 # The bits also differ by machine (the CPU's kernels): each machine kind seen gives one of these.
 DEFAULT_STUDENT_SHA256 = {
     1: {"0eb64e70404586a33029dcb126339064b31eb20a9f43ed07a258616502f8a793",    # recorded at c26f74f
-        "b2c8170e00f0b04728e8e8d061fef384601fce0d8ab4b3ef7fbbfa7716c8594e"},   # an AMD EPYC machine, 2026-11-30
+        "b2c8170e00f0b04728e8e8d061fef384601fce0d8ab4b3ef7fbbfa7716c8594e",    # an AMD EPYC machine, 2026-11-30
+        "56af9b834d9f3e7351825e9acae80de654549052e586ec6b91d429ae84e1c7af"},   # an Intel Xeon machine, 2026-12-01
     2: {"13d955ba8db176fbd124162897e4b735d5bd6801826ca88f5f8c1a87966f5a6d",
         "832bc3e68441d2be39ad4c2ab9df28037e12c5fde3822eed33e7f127ca83ccfa",
         "96909b343cdc3e618993da367f4ee6e85f1ab29e9b6aefd08c34f3042ee880dd"},  # an Intel Xeon machine, 2026-12-01

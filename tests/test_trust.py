@@ -119,6 +119,15 @@ def test_label_queue_signals_and_spread_golden():
     assert spread_out(priority, vectors, 3) == [0, 2, 3]
 
 
+def test_label_queue_mixed_rows_golden():
+    from kamalcli.students.label_queue import mixed
+
+    # the seed-0 draw of 20 rows begins 4, 19, 6, 2: rows 6 (informed) is skipped
+    assert mixed([5, 6, 7, 8], 3, 20, 0) == [5, 4, 6, 19, 7, 2, 8]
+    assert mixed([4], 2, 20, 0) == [4, 19, 6]  # an informed row is never drawn again
+    assert mixed([1, 2], 0, 20, 0) == [1, 2]
+
+
 def test_label_queue_balanced_and_representative_rows_golden():
     from kamalcli.students.label_queue import balanced, representatives
 
@@ -250,7 +259,7 @@ def test_label_queue_writes_rows_to_fill_and_gold_trains_on_them(kd_student, ass
     assert ".csv or .jsonl" in kd_student("label-queue", "--data", "pool", "--n", "3", "--out", tmp_path / "q.txt",
                                           code=2).stderr
     drawn = {}
-    for strategy, seed in (("random", 0), ("random", 1), ("balanced", 0), ("diverse", 0)):
+    for strategy, seed in (("random", 0), ("random", 1), ("balanced", 0), ("diverse", 0), ("mixed", 1)):
         result = kd_student.json("label-queue", "--data", "pool", "--n", "12", "--out", tmp_path / f"{strategy}{seed}.csv",
                                  "--strategy", strategy, "--seed", seed, "--encoder", assets["encoder"])
         assert result["strategy"] == strategy and len({r["text"] for r in result["rows"]}) == 12

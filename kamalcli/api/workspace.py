@@ -306,11 +306,11 @@ class Workspace:
         return predict_rows(found, texts, export=export, device=self.session.device(device), top=top)
 
     def label_queue(self, data: str, n: int, out: str | Path, *, student: str | None = None,
-                    strategy: str = "disagree", seed: int = 0, encoder: str | None = None, force: bool = False,
+                    strategy: str | None = None, seed: int = 0, encoder: str | None = None, force: bool = False,
                     device: str | None = None) -> list[dict]:
         """`kamal label-queue`: the n rows of data whose labels would help most, written to out (fill in `label`,
         then add_data(out, name="gold", label_column="label") and amalgamate(..., gold="gold")); those rows."""
-        from kamalcli.students.label_queue import check_queue_file, queue_rows, write_queue
+        from kamalcli.students.label_queue import DEFAULT_STRATEGY, check_queue_file, queue_rows, write_queue
 
         out = Path(out)
         with self.session.writer() as store:  # teachers' outputs on the data are probed (K = 1) and cached when missing
@@ -320,7 +320,7 @@ class Workspace:
             store.claim_inputs(datasets=[dataset])
             rows = queue_rows(self.session.workspace, store, dataset, n, student=found,
                               max_length=self.session.workspace.setting("probe", "max_length"),
-                              device=self.session.device(device), strategy=strategy, seed=seed,
+                              device=self.session.device(device), strategy=strategy or DEFAULT_STRATEGY, seed=seed,
                               encoder=encoder, say=self.say)
         write_queue(rows, out, force=force)
         return rows

@@ -9,7 +9,7 @@ import click
 from kamalcli.cli.app import App, pass_app
 from kamalcli.cli.render import emit_json, json_option, pct
 from kamalcli.errors import KamalError
-from kamalcli.students.label_queue import STRATEGIES
+from kamalcli.students.label_queue import DEFAULT_STRATEGY, STRATEGIES
 
 
 @click.command()
@@ -98,10 +98,11 @@ def calibrate(app: App, student_name, data_name, coverage, device, task, as_json
               help="A .csv or .jsonl file to write; fill in its `label` column.")
 @click.option("--student", "student_name", help="Also rank by how unsure this student is, and spread rows by its "
                                                 "features (default: teachers only).")
-@click.option("--strategy", type=click.Choice(STRATEGIES), default="disagree", show_default=True,
-              help="disagree: rows the teachers disagree on, spread out; random: a uniform sample (what the recipe "
-                   "reads best); balanced: as many of each predicted class; diverse: each region's typical row.")
-@click.option("--seed", type=int, default=0, show_default=True, help="The draw of random, balanced and diverse.")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default=DEFAULT_STRATEGY, show_default=True,
+              help="mixed: half disagree's rows, half random ones, in turn; disagree: rows the teachers disagree on, "
+                   "spread out; random: a uniform sample; balanced: as many of each predicted class; diverse: each "
+                   "region's typical row.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The draw of mixed, random, balanced and diverse.")
 @click.option("--encoder", help="diverse: the sentence encoder whose vectors it clusters (default: minilm-l6, the "
                                 "prior's).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
@@ -109,15 +110,16 @@ def calibrate(app: App, student_name, data_name, coverage, device, task, as_json
 @json_option
 @pass_app
 def label_queue(app: App, data_name, n, out, student_name, strategy, seed, encoder, force, device, as_json) -> None:
-    """The N rows whose labels would help most (the teachers disagree, the margin is small, the student is
-    unsure), spread out, written to a file: fill in `label`, then `kamal add-data FILE --name gold
+    """The N rows whose labels would help most (half where the teachers disagree, the margin is small, the student
+    is unsure, spread out; half a random sample), written to a file: fill in `label`, then `kamal add-data FILE --name gold
     --label-column label` and `kamal amalgamate ... --gold gold` or `kamal calibrate STUDENT --data gold`."""
     rows = app.api().label_queue(data_name, n, out, student=student_name, strategy=strategy, seed=seed,
                                  encoder=encoder, force=force, device=device)
     if as_json:
         emit_json({"out": str(out), "strategy": strategy, "rows": rows})
         return
-    order = "most useful first" if strategy == "disagree" else f"strategy {strategy}"
+    order = {"disagree": "most useful first", "mixed": "the teachers' doubts and a random sample, in turn"}.get(
+        strategy, f"strategy {strategy}")
     click.echo(f"{len(rows)} rows of {data_name} to label in {out} ({order}). Fill in `label`, then:\n"
                f"  kamal add-data {out} --name gold --label-column label\n"
                f"  kamal amalgamate --method muki-hard --data {data_name} --gold gold")

@@ -9,8 +9,11 @@ The priority is their mean. Rows are then taken greedily by priority minus SPREA
 similarity to a row already taken (the student's features, else the union distribution), and a row closer
 than NEAR_DUPLICATE to one taken is never taken: a queue of near copies teaches one thing.
 
-That is the `disagree` strategy (the default). The others choose the rows without the priority (their signals are
-still written beside each row):
+That is the `disagree` strategy. `mixed` takes half its rows that way and half as a seeded uniform sample of the
+other rows, in turn: amalgamate --gold reads the gold rows as a sample of the pool too (the selection score's
+accuracy, the prior's prototypes, the target they choose), and the rows where the teachers disagree alone are not
+one (docs/benchmarks.md). The others choose the rows without the priority (their signals are still written beside
+each row):
 - `random`: a seeded uniform sample, the rows the recipe can read as a sample of the pool (docs/guide.md);
 - `balanced`: as many rows of each class the student (else the teachers' union) predicts, in turn, random within;
 - `diverse`: spherical k-means with N clusters over sentence vectors (the prior's encoder), each cluster's
@@ -34,12 +37,13 @@ if TYPE_CHECKING:
 SPREAD = 0.5
 NEAR_DUPLICATE = 0.95
 CANDIDATES = 10  # times N: rows considered for the spread
-STRATEGIES = ("disagree", "random", "balanced", "diverse")
+STRATEGIES = ("mixed", "disagree", "random", "balanced", "diverse")
+DEFAULT_STRATEGY = "mixed"
 KMEANS_ROUNDS = 20
 
 
 def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: int, device: str,
-               strategy: str = "disagree", seed: int = 0, encoder: str | None = None, say=print) -> list[dict]:
+               strategy: str = DEFAULT_STRATEGY, seed: int = 0, encoder: str | None = None, say=print) -> list[dict]:
     """The N rows to label, in the strategy's order, each with the teachers' suggestion and the signals."""
     import numpy as np
 
@@ -104,6 +108,8 @@ def choose(strategy: str, n: int, seed: int, priority: np.ndarray, features: np.
 
     if strategy == "disagree":
         return spread_out(priority, features, n)
+    if strategy == "mixed":
+        return mixed(spread_out(priority, features, n - n // 2), n // 2, len(priority), seed)
     if strategy == "random":
         return [int(i) for i in np.random.default_rng(seed).permutation(len(priority))[:n]]
     if strategy == "balanced":
@@ -160,6 +166,16 @@ def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
         closest = np.maximum(closest, vectors[pool] @ vectors[pool[best]])
         alive &= closest < NEAR_DUPLICATE
     return taken
+
+
+def mixed(informed: list[int], drawn: int, rows: int, seed: int) -> list[int]:
+    """The informed rows and `drawn` rows of a seeded uniform sample of the others, in turn (informed first)."""
+    import numpy as np
+
+    seen = set(informed)
+    sample = [int(i) for i in np.random.default_rng(seed).permutation(rows) if int(i) not in seen][:drawn]
+    taken = [i for pair in zip(informed, sample) for i in pair]
+    return taken + informed[len(sample):] + sample[len(informed):]
 
 
 def balanced(predicted: np.ndarray, n: int, seed: int) -> list[int]:
