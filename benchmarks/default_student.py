@@ -579,6 +579,7 @@ GOLD_CHOICES = ("random", "mixed", "queue", "balanced", "diverse")  # random row
 KAMAL_CHOICES = ("random", "mixed", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others: stored
 KAMAL_CURVE = (("kamal", "kamal"), ("kamal, the teachers' target", "teachers_target"), ("logistic peer", "logistic"))
 CURVE_ROWS, CURVE_SEEDS, CURVE_CHOICES = (25, 200), (1,), ("random", "queue")  # the labels curve (kamal, the logistic peer)
+strategy_of = lambda choice: "disagree" if choice == "queue" else choice  # noqa: E731  (label-queue's default before: stored as queue)
 GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... the teachers' target, the gold rows' "
                    "loss beside it (before they chose the target)", "teachers_target"), ("... with `--rmd-fit` too: the prior from the "
                    "gold rows alone (the guide's way before)", "rmd_fit"), ("the peer on the same rows: logistic regression to convergence "
@@ -623,10 +624,10 @@ def _gold_rows(bench: Bench, ws: Workspace, pool: dict, n: int, choice: str, stu
     """n pool rows with their gold labels: random (seeded), or the ones `kamal label-queue` asks for."""
     if choice == "random":
         return sample(list(pool.values()), n, f"gold-{n}-s{bench.seeds[0]}")
-    out, strategy = ws.root / "data" / f"{choice}-{n}.csv", "disagree" if choice == "queue" else choice  # stored as queue
+    out = ws.root / "data" / f"{choice}-{n}.csv"
     if not out.is_file():
         ws("label-queue", "--data", PROTOCOLS["realistic"][0], "--n", n, "--out", out, "--student", student, "--strategy",
-           strategy, quiet=True)
+           strategy_of(choice), quiet=True)
     import csv
     with open(out, newline="", encoding="utf-8") as f:
         return [pool[row["text"]] for row in csv.DictReader(f)]
@@ -703,16 +704,15 @@ def gold_table(stored: dict) -> str:
     cell = lambda m: f"{100 * m['accuracy']:.1f} / {100 * m['macro_f1']:.1f}" if m else "-"  # noqa: E731
     seeds = lambda t: stored[t]["seeds"].values()  # noqa: E731
     rows = [["kamal's default, no labels", *(cell(mean([s["no labels"] for s in seeds(t)])) for t in titles)]]
-    for key in (f"{c}-{n}" for n in GOLD_ROWS for c in GOLD_CHOICES):
+    for choice, key in ((c, f"{c}-{n}") for n in GOLD_ROWS for c in GOLD_CHOICES):
         for label, part in GOLD_TABLE_ROWS:
-            rows.append([label.format(key.replace("queue", "disagree").replace("-", " ")),
+            rows.append([label.format(f"{strategy_of(choice)} {key.rsplit('-', 1)[1]}"),
                          *(cell(mean([s["rows"].get(key, {}).get(part) for s in seeds(t)])) for t in titles)])
     headers = ["accuracy / macro-F1 %", *(f"{t} ({stored[t]['role']}; seeds {','.join(stored[t]['seeds'])})" for t in titles)]
-    return ("The gold rows are pool rows with their labels, given as a user gives them: added as an eval set (probe "
-            "measures the selection scores on them) and `--gold` (their loss; the prior's prototypes read them beside "
-            "the generated text, or alone where it fails the check); realistic protocol; a seed is a draw of the "
-            "random rows and the students' seed (the queue's rows are chosen once), a cell the mean over the seeds "
-            "that have it; SetFit on the 100 random, mixed and disagree rows, where setfit is installed.\n\n"
+    return ("The gold rows are pool rows with their labels, given as a user gives them: added as an eval set (probe measures the "
+            "selection scores on them) and `--gold` (their loss; the prior's prototypes read them beside the generated text, or alone "
+            "where it fails the check); realistic protocol; a seed is a draw of the random rows and the students' seed (queued rows: "
+            "chosen once), a cell the mean over the seeds that have it; SetFit on the random, mixed and disagree rows (if installed).\n\n"
             + markdown(headers, rows) + "\n\n" + gold_curve(stored))
 
 
@@ -724,7 +724,7 @@ def gold_curve(stored: dict) -> str:
         seeds = stored[title]["seeds"].values()
         for who, part, choice in [(w, p, c) for w, p in KAMAL_CURVE for c in CURVE_CHOICES]:
             got = lambda n: [s["rows"][f"{choice}-{n}"][part] for s in seeds if s["rows"].get(f"{choice}-{n}", {}).get(part)]  # noqa: E731
-            rows.append([f"{title.split(':')[0]}: {who}, {'disagree' if choice == 'queue' else choice} rows",
+            rows.append([f"{title.split(':')[0]}: {who}, {strategy_of(choice)} rows",
                          mean([s["no labels"] for s in seeds]) if part != "logistic" else "-", *(mean(got(n)) for n in sizes)])
     return ("The labels curve: accuracy % on the test rows against the number of gold rows (the mean over the "
             "seeds that have it; 0: kamal's default without labels).\n\n" + markdown(["gold rows", "0", *map(str, sizes)], rows))

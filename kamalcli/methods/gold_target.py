@@ -145,7 +145,6 @@ def _pool(experts: list[np.ndarray], gold: np.ndarray, rows: np.ndarray):
     return lambda at: sum(wi * e[at] for wi, e in zip(w, experts)) + b
 
 
-
 def _minimise(parameters: list, loss, max_iter: int) -> None:
     """L-BFGS with a strong-Wolfe line search on loss() (a closure of the parameters), to convergence or max_iter."""
     import torch

@@ -104,14 +104,12 @@ def queue_rows(workspace, store, dataset, n: int, *, student=None, max_length: i
 def choose(strategy: str, n: int, seed: int, priority: np.ndarray, features: np.ndarray, predicted: np.ndarray,
            sentence_vectors) -> list[int]:
     """The n rows' indices, in the strategy's order (sentence_vectors: computed only for `diverse`)."""
-    import numpy as np
-
     if strategy == "disagree":
         return spread_out(priority, features, n)
     if strategy == "mixed":
         return mixed(spread_out(priority, features, n - n // 2), n // 2, len(priority), seed)
     if strategy == "random":
-        return [int(i) for i in np.random.default_rng(seed).permutation(len(priority))[:n]]
+        return drawn_rows(len(priority), seed)[:n]
     if strategy == "balanced":
         return balanced(predicted, n, seed)
     return representatives(sentence_vectors(), n, seed)
@@ -168,12 +166,17 @@ def spread_out(priority: np.ndarray, features: np.ndarray, n: int) -> list[int]:
     return taken
 
 
-def mixed(informed: list[int], drawn: int, rows: int, seed: int) -> list[int]:
-    """The informed rows and `drawn` rows of a seeded uniform sample of the others, in turn (informed first)."""
+def drawn_rows(rows: int, seed: int) -> list[int]:
+    """Every row index in a seeded uniform order: `random`'s draw, and `mixed`'s for its random half."""
     import numpy as np
 
+    return [int(i) for i in np.random.default_rng(seed).permutation(rows)]
+
+
+def mixed(informed: list[int], drawn: int, rows: int, seed: int) -> list[int]:
+    """The informed rows and `drawn` rows of a seeded uniform sample of the others, in turn (informed first)."""
     seen = set(informed)
-    sample = [int(i) for i in np.random.default_rng(seed).permutation(rows) if int(i) not in seen][:drawn]
+    sample = [i for i in drawn_rows(rows, seed) if i not in seen][:drawn]
     taken = [i for pair in zip(informed, sample) for i in pair]
     return taken + informed[len(sample):] + sample[len(informed):]
 
