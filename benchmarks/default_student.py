@@ -8,6 +8,7 @@ stored section: protocols and seeds it did not run keep their stored figures.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from dataclasses import dataclass
@@ -578,7 +579,7 @@ GOLD_ROWS = (100,)                # labelled rows per student: every choice
 GOLD_CHOICES = ("random", "mixed", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
 KAMAL_CHOICES = ("random", "mixed", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others: stored
 KAMAL_CURVE = (("kamal", "kamal"), ("kamal, the teachers' target", "teachers_target"), ("logistic peer", "logistic"))
-CURVE_ROWS, CURVE_SEEDS, CURVE_CHOICES = (25, 200), (1,), ("random", "queue")  # the labels curve (kamal, the logistic peer)
+CURVE_ROWS, CURVE_DRAWS = (25, 200), {1: ("random", "queue"), 2: ("random", "mixed")}  # the labels curve: a seed, its choices
 strategy_of = lambda choice: "disagree" if choice == "queue" else choice  # noqa: E731  (label-queue's default before: stored as queue)
 GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... the teachers' target, the gold rows' "
                    "loss beside it (before they chose the target)", "teachers_target"), ("... with `--rmd-fit` too: the prior from the "
@@ -598,16 +599,15 @@ def gold_labels(bench: Bench) -> None:
         generated_and_probed(bench, setting, ws)
         unlabelled = train_default(bench, setting, ws)
         labelled_afterwards(bench, setting, ws)  # the test rows, once the label-free default is trained
-        pool, tests = {r["text"]: r for r in setting.rows(bench, "realistic")}, setting.tests(bench)["test"]
-        seed = str(bench.seeds[0])
-        figures, before = {"rows": {}}, stored.get(title, {}).get("seeds", {}).get(seed, {}).get("rows", {})
-        figures["no labels"] = _test_cells(ws, unlabelled)
+        pool, tests, seed = {r["text"]: r for r in setting.rows(bench, "realistic")}, setting.tests(bench)["test"], str(bench.seeds[0])
+        was = stored.get(title, {}).get("seeds", {}).get(seed, {})  # "all": the logistic peer on every pool row
+        figures = {"rows": {}, "no labels": _test_cells(ws, unlabelled), "all": was.get("all") or logistic_peer([*pool.values()], tests)}
         stored.setdefault(title, {"role": setting.role, "seeds": {}})["seeds"][seed] = figures
-        curve = [(n, c) for n in CURVE_ROWS for c in CURVE_CHOICES] if bench.seeds[0] in CURVE_SEEDS else []
+        curve = [(n, c) for n in CURVE_ROWS for c in CURVE_DRAWS.get(bench.seeds[0], ())]
         for n, choice in [(n, c) for n in GOLD_ROWS for c in GOLD_CHOICES] + curve:  # another seed: GOLD_ROWS drawn again
             key, rows = f"{choice}-{n}", _gold_rows(bench, ws, pool, n, choice, unlabelled)
             kamal = _gold_student(bench, setting, ws, key, rows) if choice in KAMAL_CHOICES else None  # rmd_fit: stored
-            stored_key, compared = before.get(key, {}), n in GOLD_ROWS and choice in KAMAL_CHOICES  # SetFit: 2-4 minutes
+            stored_key, compared = was.get("rows", {}).get(key, {}), n in GOLD_ROWS and choice in KAMAL_CHOICES  # SetFit: 2-4 minutes
             figures["rows"][key] = {"kamal": _test_cells(ws, kamal) if kamal else stored_key.get("kamal"),
                                     "teachers_target": stored_key.get("teachers_target"),
                                     "rmd_fit": stored_key.get("rmd_fit"), "logistic": logistic_peer(rows, tests),
@@ -628,7 +628,6 @@ def _gold_rows(bench: Bench, ws: Workspace, pool: dict, n: int, choice: str, stu
     if not out.is_file():
         ws("label-queue", "--data", PROTOCOLS["realistic"][0], "--n", n, "--out", out, "--student", student, "--strategy",
            strategy_of(choice), quiet=True)
-    import csv
     with open(out, newline="", encoding="utf-8") as f:
         return [pool[row["text"]] for row in csv.DictReader(f)]
 
@@ -717,17 +716,18 @@ def gold_table(stored: dict) -> str:
 
 
 def gold_curve(stored: dict) -> str:
-    """Accuracy against the number of gold rows, random or the queue's, for kamal and the logistic peer."""
-    sizes, rows = sorted({*GOLD_ROWS, *CURVE_ROWS}), []
+    """Accuracy against the number of gold rows, random or queued, for kamal and the logistic peer (on every pool row too)."""
+    sizes, rows, choices = sorted({*GOLD_ROWS, *CURVE_ROWS}), [], dict.fromkeys(c for cs in CURVE_DRAWS.values() for c in cs)
     mean = lambda ms: f"{100 * np.mean([m['accuracy'] for m in ms]):.1f}" if ms else "-"  # noqa: E731
     for title in (t for t in SETTINGS if t in stored):
         seeds = stored[title]["seeds"].values()
-        for who, part, choice in [(w, p, c) for w, p in KAMAL_CURVE for c in CURVE_CHOICES]:
+        for who, part, choice in [(w, p, c) for w, p in KAMAL_CURVE for c in choices]:
             got = lambda n: [s["rows"][f"{choice}-{n}"][part] for s in seeds if s["rows"].get(f"{choice}-{n}", {}).get(part)]  # noqa: E731
-            rows.append([f"{title.split(':')[0]}: {who}, {strategy_of(choice)} rows",
-                         mean([s["no labels"] for s in seeds]) if part != "logistic" else "-", *(mean(got(n)) for n in sizes)])
-    return ("The labels curve: accuracy % on the test rows against the number of gold rows (the mean over the "
-            "seeds that have it; 0: kamal's default without labels).\n\n" + markdown(["gold rows", "0", *map(str, sizes)], rows))
+            cells = [mean(got(n)) for n in sizes] + [mean([s["all"] for s in seeds if s.get("all") and part == "logistic"])]
+            rows += [[f"{title.split(':')[0]}: {who}, {strategy_of(choice)} rows", mean([s["no labels"] for s in seeds])
+                      if part != "logistic" else "-", *cells]] if any(c != "-" for c in cells) else []
+    return ("The labels curve: accuracy % on the test rows against the number of gold rows (the mean over the seeds that have it; "
+            "0: kamal's default without labels; all: every pool row).\n\n" + markdown(["gold rows", "0", *map(str, sizes), "all"], rows))
 
 
 SCENARIOS = {"default-student": default_student, "default-ablation": default_ablation, "gold-labels": gold_labels}
