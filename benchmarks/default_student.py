@@ -579,7 +579,7 @@ GOLD_ROWS = (100,)                # labelled rows per student: every choice
 GOLD_CHOICES = ("random", "mixed", "queue", "balanced", "diverse")  # random rows; label-queue --student DEFAULT's strategies
 KAMAL_CHOICES = ("random", "mixed", "queue")  # kamal trains on these (4-10 minutes each on 2 cores); the others: stored
 KAMAL_CURVE = (("kamal", "kamal"), ("kamal, the teachers' target", "teachers_target"), ("logistic peer", "logistic"))
-CURVE_ROWS, CURVE_DRAWS = (25, 200), {1: ("random", "queue"), 2: ("random", "mixed")}  # the labels curve: a seed, its choices
+CURVE_ROWS, CURVE_DRAWS = (25, 50, 200), {1: ("random", "queue"), 2: ("random", "mixed")}  # the labels curve: a seed, its choices
 strategy_of = lambda choice: "disagree" if choice == "queue" else choice  # noqa: E731  (label-queue's default before: stored as queue)
 GOLD_TABLE_ROWS = [("kamal's default with {} gold rows (an eval set, `--gold`)", "kamal"), ("... the teachers' target, the gold rows' "
                    "loss beside it (before they chose the target)", "teachers_target"), ("... with `--rmd-fit` too: the prior from the "

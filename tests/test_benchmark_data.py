@@ -251,7 +251,8 @@ def test_the_gold_table_reads_each_cell_as_the_mean_over_the_seeds_that_have_it(
     first = {"no labels": cell(0.80), "rows": {"random-100": {"kamal": cell(0.90), "rmd_fit": cell(0.70), "setfit": cell(0.60)},
                                                "random-25": {"kamal": cell(0.85), "teachers_target": cell(0.83),
                                                              "logistic": cell(0.50)}}}
-    second = {"no labels": cell(0.84), "all": cell(0.97), "rows": {"random-100": {"kamal": cell(0.94), "rmd_fit": None}}}
+    second = {"no labels": cell(0.84), "all": cell(0.97), "rows": {"random-100": {"kamal": cell(0.94), "rmd_fit": None},
+                                                                  "random-50": {"kamal": cell(0.88)}}}
     rows = gold_table({title: {"role": "confirm", "seeds": {"1": first, "2": second}}}).splitlines()
     assert "(confirm; seeds 1,2)" in rows[2]
     assert rows[4] == "| kamal's default, no labels | 82.0 / 41.0 |"
@@ -260,10 +261,11 @@ def test_the_gold_table_reads_each_cell_as_the_mean_over_the_seeds_that_have_it(
     assert rows[7].endswith("| 70.0 / 35.0 |")  # the one seed that has it
     assert rows[8].endswith("| - |")            # no seed has the peer
     assert rows[9].startswith("| the peer on the same rows: SetFit") and rows[9].endswith("| 60.0 / 30.0 |")
-    curve = {line.split(" | ")[0].strip("| "): line for line in rows if line.startswith("| intent")}  # 0, 25, 100, 200 rows
-    assert curve["intent: kamal, random rows"].endswith("| 82.0 | 85.0 | 92.0 | - | - |")  # 0: no labels; 25: one seed
-    assert curve["intent: logistic peer, random rows"].endswith("| - | 50.0 | - | - | 97.0 |")  # all: every pool row
-    assert curve["intent: kamal, the teachers' target, random rows"].endswith("| 82.0 | 83.0 | - | - | - |")
+    curve = {line.split(" | ")[0].strip("| "): line for line in rows if line.startswith("| intent")}  # 0, 25, 50, 100, 200 rows
+    assert "| gold rows | 0 | 25 | 50 | 100 | 200 | all |" in rows
+    assert curve["intent: kamal, random rows"].endswith("| 82.0 | 85.0 | 88.0 | 92.0 | - | - |")  # 0: no labels; 25, 50: one seed
+    assert curve["intent: logistic peer, random rows"].endswith("| - | 50.0 | - | - | - | 97.0 |")  # all: every pool row
+    assert curve["intent: kamal, the teachers' target, random rows"].endswith("| 82.0 | 83.0 | - | - | - | - |")
     assert "intent: kamal, disagree rows" not in curve  # a row no seed has a figure for
 
 
